@@ -1,0 +1,48 @@
+"""What every algorithm returns, and the integer helpers they share.
+
+Algorithms are pure: ``decide(state, now, limit, cost) -> Outcome``. ``now`` is an integer
+number of microseconds; times inside an `Outcome` are microseconds too. Integers keep window
+boundaries and retry times exact; the Redis scripts do the same arithmetic in the same order,
+so both backends give the same answers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+__all__ = ["NEVER", "Outcome", "State", "ceil_div"]
+
+# A state is a small tuple of numbers whose meaning belongs to its algorithm.
+State = tuple[Any, ...]
+
+# retry_after of a request that can never pass (its cost exceeds the limit's capacity).
+NEVER = math.inf
+
+
+class Outcome(NamedTuple):
+    """One limit's answer for one request, at one instant."""
+
+    allowed: bool
+    limit: int
+    #: left after this request when allowed, left now when denied (may be fractional)
+    remaining: float
+    #: microseconds until the quota is fully restored
+    reset_us: int
+    #: microseconds until the same request would pass; 0 when allowed, NEVER if it cannot
+    retry_us: float
+    #: microseconds the request must wait for its slot (leaky bucket shaping), else 0
+    delay_us: int
+    #: the state to store when the request is admitted
+    state: State | None
+    #: microseconds the stored state matters for; after that it equals no state at all
+    ttl_us: int
+
+
+def ceil_div(numerator: float, denominator: int) -> int:
+    """``ceil(numerator / denominator)``, exact for integers and never below 0."""
+    if numerator <= 0:
+        return 0
+    if isinstance(numerator, int):
+        return -(-numerator // denominator)
+    return math.ceil(numerator / denominator)

@@ -1,0 +1,36 @@
+"""Leaky bucket as a queue: requests leave at a constant ``amount / period``.
+
+An admitted request is delayed until its slot (``delay``): the first waits 0, the next one
+``period / amount`` later, and so on; a request that would overflow the queue of ``burst``
+slots is denied. This shapes traffic to a steady rate instead of allowing bursts. The queue is
+tracked as the time it empties (scaled by ``amount`` as in GCRA, so all of it is exact).
+
+State: ``(queue_empty_at_scaled,)``.
+"""
+
+from __future__ import annotations
+
+from ..rates import Limit
+from .base import NEVER, Outcome, State, ceil_div
+
+__all__ = ["decide"]
+
+
+def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
+    period = limit.period_us
+    capacity = limit.burst * period
+    now_scaled = now * limit.amount
+    empty_at = now_scaled if state is None else max(state[0], now_scaled)
+    queued = empty_at - now_scaled
+    if queued + cost * period <= capacity:
+        delay = ceil_div(queued, limit.amount)
+        new_empty_at = empty_at + cost * period
+        backlog = new_empty_at - now_scaled
+        reset = ceil_div(backlog, limit.amount)
+        remaining = (capacity - backlog) // period
+        return Outcome(True, limit.burst, remaining, reset, 0, delay, (new_empty_at,), reset)
+    retry = (
+        ceil_div(queued + cost * period - capacity, limit.amount) if cost <= limit.burst else NEVER
+    )
+    remaining = (capacity - queued) // period
+    return Outcome(False, limit.burst, remaining, ceil_div(queued, limit.amount), retry, 0, None, 0)

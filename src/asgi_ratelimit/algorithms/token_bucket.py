@@ -1,0 +1,36 @@
+"""Token bucket: a bucket of ``burst`` tokens, refilled continuously at ``amount / period``.
+
+Allows a burst of up to ``burst`` requests, then a steady ``amount`` per ``period``. Tokens are
+kept scaled by the period (``level = tokens * period_us``) so refills are integer additions of
+``amount`` per microsecond: decisions and retry times are exact.
+
+State: ``(level, last_update_us)``.
+"""
+
+from __future__ import annotations
+
+from ..rates import Limit
+from .base import NEVER, Outcome, State, ceil_div
+
+__all__ = ["decide"]
+
+
+def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
+    period = limit.period_us
+    full = limit.burst * period
+    level: float
+    if state is None:
+        level, last = full, now
+    else:
+        level, last = state
+        if now > last:
+            level = min(full, level + (now - last) * limit.amount)
+            last = now
+    needed = cost * period
+    if needed <= level:
+        level -= needed
+        reset = ceil_div(full - level, limit.amount)
+        return Outcome(True, limit.burst, level // period, reset, 0, 0, (level, last), reset)
+    retry = ceil_div(needed - level, limit.amount) if cost <= limit.burst else NEVER
+    reset = ceil_div(full - level, limit.amount)
+    return Outcome(False, limit.burst, level // period, reset, retry, 0, None, 0)

@@ -1,0 +1,134 @@
+"""The in-process backend: exact, bounded, and testable with a fake clock."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from types import TracebackType
+
+from ..algorithms import DECIDERS, Outcome, State
+from ..clock import Clock, monotonic_epoch_clock
+from ..errors import ConfigurationError
+from ..rates import Limit
+from .base import Check
+
+__all__ = ["MemoryBackend"]
+
+# How many least-recently-written entries each write inspects for expiry. Expired entries are
+# indistinguishable from absent ones, so dropping them early only frees memory.
+_SWEEP_PER_WRITE = 2
+
+
+class MemoryBackend:
+    """Limits kept in this process's memory: the default, for one-process apps and tests.
+
+        backend = MemoryBackend(max_keys=100_000)
+        limiter = RateLimiter(backend=backend)
+        clock = FakeClock(); MemoryBackend(clock=clock)   # exact tests, no sleeps
+
+    Every decision happens in one synchronous step (no ``await`` inside), so concurrent
+    coroutines cannot interleave and a threading lock keeps threads exact too. Memory is
+    bounded: expired state is swept as new keys arrive, and past ``max_keys`` the least
+    recently written key is dropped (it starts again with a full quota).
+    """
+
+    def __init__(self, *, clock: Clock | None = None, max_keys: int = 1_000_000) -> None:
+        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+            raise ConfigurationError(f"MemoryBackend(max_keys={max_keys!r}): must be an int >= 1")
+        self._clock: Clock = clock or monotonic_epoch_clock
+        self.max_keys = max_keys
+        # storage key -> (expires_at_us, state); ordered from least to most recently written.
+        self._entries: OrderedDict[str, tuple[int, State]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _now_us(self) -> int:
+        return round(self._clock() * 1_000_000)
+
+    async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
+        return self.hit_sync(checks, commit=True)
+
+    async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
+        return self.hit_sync(checks, commit=False)
+
+    def hit_sync(self, checks: Sequence[Check], *, commit: bool = True) -> list[Outcome]:
+        """Decide ``checks`` now; store the new states when all are allowed and ``commit``."""
+        now = self._now_us()
+        entries = self._entries
+        with self._lock:
+            outcomes: list[Outcome] = []
+            # The same key and limit may appear twice in one call: later checks see earlier ones.
+            pending: dict[str, State] = {}
+            allowed = True
+            for check in checks:
+                storage_key = _storage_key(check.key, check.limit)
+                state = pending.get(storage_key)
+                if state is None:
+                    entry = entries.get(storage_key)
+                    if entry is not None and entry[0] > now:
+                        state = entry[1]
+                outcome = DECIDERS[check.limit.algorithm](state, now, check.limit, check.cost)
+                outcomes.append(outcome)
+                if outcome.allowed:
+                    if outcome.state is not None:
+                        pending[storage_key] = outcome.state
+                else:
+                    allowed = False
+            if allowed and commit:
+                for check, outcome in zip(checks, outcomes, strict=True):
+                    if check.cost and outcome.state is not None:
+                        self._store(_storage_key(check.key, check.limit), now, outcome)
+            return outcomes
+
+    def _store(self, storage_key: str, now: int, outcome: Outcome) -> None:
+        entries = self._entries
+        assert outcome.state is not None
+        entries[storage_key] = (now + outcome.ttl_us, outcome.state)
+        entries.move_to_end(storage_key)
+        for _ in range(_SWEEP_PER_WRITE):
+            oldest_key, (expires_at, _state) = next(iter(entries.items()))
+            if expires_at > now:
+                break
+            del entries[oldest_key]
+        while len(entries) > self.max_keys:
+            entries.popitem(last=False)
+
+    async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
+        with self._lock:
+            if limits is not None:
+                for limit in limits:
+                    self._entries.pop(_storage_key(key, limit), None)
+                return
+            prefix = key + "\x1f"
+            for storage_key in [k for k in self._entries if k.startswith(prefix)]:
+                del self._entries[storage_key]
+
+    async def clear(self) -> None:
+        """Forget every key."""
+        with self._lock:
+            self._entries.clear()
+
+    async def aclose(self) -> None:
+        await self.clear()
+
+    async def __aenter__(self) -> MemoryBackend:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"MemoryBackend(keys={len(self._entries)}, max_keys={self.max_keys})"
+
+
+def _storage_key(key: str, limit: Limit) -> str:
+    # \x1f (unit separator) cannot be confused with anything a limit id contains.
+    return f"{key}\x1f{limit.id}"

@@ -1,0 +1,115 @@
+"""`Decision`: what the limiter answers for one request, and what it tells the client."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .identity.base import Identity
+from .rates import Limit
+
+__all__ = ["Decision", "HeaderStyle", "PolicyStatus"]
+
+HeaderStyle = Literal["both", "legacy", "ietf", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyStatus:
+    """One limit's state after a request: one item of the ``RateLimit`` header."""
+
+    name: str
+    limit: Limit
+    allowed: bool
+    #: requests left (whole requests, never negative)
+    remaining: int
+    #: seconds until the quota is fully restored
+    reset_after: float
+    #: seconds until the same request would pass (0 when allowed; ``math.inf`` if never)
+    retry_after: float
+    #: seconds the request must wait before proceeding (leaky bucket shaping)
+    delay: float = 0.0
+
+    @property
+    def quota(self) -> int:
+        """The most requests the policy allows at once (the bucket capacity for buckets)."""
+        return self.limit.capacity
+
+    @property
+    def window(self) -> int:
+        """The policy's period in whole seconds."""
+        return self.limit.period
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer for one request: allowed or not, and the numbers for the client.
+
+        decision = await limiter.hit("user:42", "5/minute")
+        if not decision.allowed:
+            wait = decision.retry_after       # seconds; exact
+        response.headers.update(decision.headers())
+
+    The top-level numbers are those of the binding policy (``policy``): the one that denied
+    the request (the longest wait when several did), else the one with the least remaining.
+    """
+
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_after: float
+    retry_after: float
+    delay: float
+    policy: str | None
+    identity: Identity | None = None
+    policies: tuple[PolicyStatus, ...] = field(default=())
+
+    @classmethod
+    def unlimited(cls, identity: Identity | None = None) -> Decision:
+        """The decision for a request no limit applies to."""
+        return cls(True, 0, 0, 0.0, 0.0, 0.0, None, identity, ())
+
+    @classmethod
+    def from_policies(
+        cls, policies: tuple[PolicyStatus, ...], identity: Identity | None = None
+    ) -> Decision:
+        if not policies:
+            return cls.unlimited(identity)
+        denied = [p for p in policies if not p.allowed]
+        if denied:
+            binding = max(denied, key=lambda p: p.retry_after)
+            retry_after = binding.retry_after
+            delay = 0.0
+        else:
+            binding = min(policies, key=lambda p: (p.remaining, -p.reset_after))
+            retry_after = 0.0
+            delay = max(p.delay for p in policies)
+        return cls(
+            allowed=not denied,
+            limit=binding.quota,
+            remaining=binding.remaining,
+            reset_after=binding.reset_after,
+            retry_after=retry_after,
+            delay=delay,
+            policy=binding.name,
+            identity=identity,
+            policies=policies,
+        )
+
+    @property
+    def limited(self) -> bool:
+        """True when at least one policy applied to the request."""
+        return bool(self.policies)
+
+    @property
+    def retry_after_header(self) -> int | None:
+        """``Retry-After`` in whole seconds: rounded up, at least 1; None if it can never pass."""
+        if math.isinf(self.retry_after):
+            return None
+        return max(1, math.ceil(self.retry_after))
+
+    def headers(self, style: HeaderStyle = "both") -> dict[str, str]:
+        """The response headers for this decision (``Retry-After`` included when denied)."""
+        from .headers import decision_headers
+
+        return dict(decision_headers(self, style))

@@ -1,0 +1,32 @@
+"""The exceptions the package raises."""
+
+from __future__ import annotations
+
+__all__ = ["BackendError", "ConfigurationError", "RateLimitExceeded"]
+
+
+class ConfigurationError(ValueError):
+    """A setting is wrong; the message names the bad value and how to fix it.
+
+    Raised at construction time (a `Limit`, a `Rule`, a `RateLimiter`), never per request.
+    """
+
+
+class BackendError(Exception):
+    """The storage backend failed (timeout, connection refused, script error).
+
+    Backends translate their driver's errors into this one at the boundary, so the engine can
+    apply the failure policy (`on_backend_error`) without knowing the driver.
+    """
+
+
+class RateLimitExceeded(Exception):
+    """Raised by `RateLimiter.enforce` (and the FastAPI dependency) when a request is denied.
+
+    It carries the `Decision`, whose `retry_after` and `headers()` say when to come back.
+    """
+
+    def __init__(self, decision: object, detail: str | None = None) -> None:
+        self.decision = decision
+        self.detail = detail or "rate limit exceeded"
+        super().__init__(self.detail)

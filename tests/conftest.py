@@ -1,0 +1,23 @@
+"""Fixtures every test area shares."""
+
+from __future__ import annotations
+
+import pytest
+
+
+class FakeClock:
+    """A clock the test moves by hand: ``clock.advance(1.5)``; ``clock.now = 60``."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
