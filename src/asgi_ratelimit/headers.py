@@ -1,54 +1,103 @@
 """Rate-limit response headers: the de-facto ``X-RateLimit-*`` and the IETF draft fields.
 
 ``X-RateLimit-Limit``, ``X-RateLimit-Remaining``, ``X-RateLimit-Reset`` (seconds until the
-binding policy's quota is restored), and per draft-ietf-httpapi-ratelimit-headers-11
-``RateLimit-Policy: "login";q=5;w=60`` and ``RateLimit: "login";r=0;t=48``, one item per
-policy that applied. A denied decision adds ``Retry-After`` (whole seconds, rounded up, >= 1).
+binding policy's quota is restored), and per draft-ietf-httpapi-ratelimit-headers-11, one list
+member per policy that applied, as RFC 9651 structured fields::
+
+    RateLimit-Policy: "login";q=5;w=60, "search 10/second";q=10;w=1
+    RateLimit: "login";r=0;t=48, "search 10/second";r=9;t=1
+
+Each member is an sf-string naming the policy; ``q`` (quota) and ``r`` (remaining) are
+required, ``w`` (window, s) and ``t`` (seconds, rounded up so a client that waits that long is
+never early) optional; all are non-negative sf-integers. A denied decision adds
+``Retry-After`` (whole seconds, rounded up, >= 1).
+
+    decision_headers(decision, "both")     # [("Retry-After", "48"), ("X-RateLimit-Limit", ...)]
+    raw_headers(decision, "ietf")          # [(b"ratelimit-policy", b'"login";q=5;w=60'), ...]
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .decision import Decision, HeaderStyle
+    from .decision import Decision, HeaderStyle, PolicyStatus
 
-__all__ = ["decision_headers"]
+__all__ = ["decision_headers", "raw_headers"]
+
+RETRY_AFTER = "Retry-After"
+LIMIT = "X-RateLimit-Limit"
+REMAINING = "X-RateLimit-Remaining"
+RESET = "X-RateLimit-Reset"
+POLICY = "RateLimit-Policy"
+STATE = "RateLimit"
+# ASGI wants lower-case byte names; built once.
+_RAW_NAMES = {
+    name: name.lower().encode("ascii")
+    for name in (RETRY_AFTER, LIMIT, REMAINING, RESET, POLICY, STATE)
+}
+# sf-integers have at most 15 digits.
+_SF_INTEGER_MAX = 999_999_999_999_999
 
 
 def decision_headers(decision: Decision, style: HeaderStyle = "both") -> list[tuple[str, str]]:
+    """The headers for ``decision`` in ``style``: ``both``, ``legacy``, ``ietf`` or ``none``."""
     headers: list[tuple[str, str]] = []
     if not decision.allowed:
         retry_after = decision.retry_after_header
         if retry_after is not None:
-            headers.append(("Retry-After", str(retry_after)))
+            headers.append((RETRY_AFTER, str(retry_after)))
     if not decision.policies or style == "none":
         return headers
     if style in ("both", "legacy"):
-        headers.append(("X-RateLimit-Limit", str(decision.limit)))
-        headers.append(("X-RateLimit-Remaining", str(decision.remaining)))
-        headers.append(("X-RateLimit-Reset", str(_whole_seconds(decision.reset_after))))
+        headers.append((LIMIT, str(_sf_int(decision.limit))))
+        headers.append((REMAINING, str(_sf_int(decision.remaining))))
+        headers.append((RESET, str(_whole_seconds(decision.reset_after))))
     if style in ("both", "ietf"):
-        policy_items = []
-        state_items = []
-        for policy in decision.policies:
-            name = _sf_string(policy.name)
-            policy_items.append(f"{name};q={policy.quota};w={policy.window}")
-            state_items.append(
-                f"{name};r={policy.remaining};t={_whole_seconds(policy.reset_after)}"
-            )
-        headers.append(("RateLimit-Policy", ", ".join(policy_items)))
-        headers.append(("RateLimit", ", ".join(state_items)))
+        policies = decision.policies
+        headers.append(
+            (POLICY, ", ".join(_policy_item(p.name, p.quota, p.window) for p in policies))
+        )
+        headers.append((STATE, ", ".join(_state_item(p) for p in policies)))
     return headers
+
+
+def raw_headers(decision: Decision, style: HeaderStyle = "both") -> list[tuple[bytes, bytes]]:
+    """`decision_headers` as ASGI wants them: lower-case byte names, latin-1 values."""
+    return [
+        (_RAW_NAMES[name], value.encode("latin-1"))
+        for name, value in decision_headers(decision, style)
+    ]
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy_item(name: str, quota: int, window: int) -> str:
+    # A policy's item never changes between responses: built once per policy.
+    return f"{_sf_string(name)};q={_sf_int(quota)};w={_sf_int(window)}"
+
+
+def _state_item(policy: PolicyStatus) -> str:
+    remaining = _sf_int(policy.remaining)
+    return f"{_sf_string(policy.name)};r={remaining};t={_whole_seconds(policy.reset_after)}"
 
 
 def _whole_seconds(seconds: float) -> int:
     # Rounded up: a client that waits this long never arrives early.
-    return 0 if seconds <= 0 or math.isinf(seconds) else math.ceil(seconds)
+    if seconds <= 0 or math.isnan(seconds):
+        return 0
+    if math.isinf(seconds):
+        return 0
+    return _sf_int(math.ceil(seconds))
 
 
+def _sf_int(value: int) -> int:
+    return max(0, min(_SF_INTEGER_MAX, value))
+
+
+@functools.lru_cache(maxsize=1024)
 def _sf_string(value: str) -> str:
-    """An RFC 8941 sf-string: printable ASCII, with backslash and quote escaped."""
+    """An RFC 9651 sf-string: printable ASCII only, with backslash and quote escaped."""
     cleaned = "".join(c if " " <= c <= "~" else "?" for c in value)
     return '"' + cleaned.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -59,10 +59,14 @@ _UNIT_ALIASES = {
 MAX_AMOUNT = 10**9
 MAX_PERIOD_SECONDS = 10 * 366 * 86400
 
+# ASCII only: "\d" would otherwise accept other scripts' digits (int() reads them too).
 _RATE = re.compile(
     r"^\s*(?P<amount>[+-]?\d+)\s*(?:/|\bper\b)\s*(?P<multiplier>[+-]?\d+)?\s*(?P<unit>[a-z]+)\s*$",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,
 )
+# More digits than any accepted number has; checked before int(), which refuses (with its
+# own ValueError) strings past 4300 digits and is slow well before that.
+_MAX_DIGITS = 12
 
 
 class Limit:
@@ -99,7 +103,7 @@ class Limit:
             )
         if algorithm not in ALGORITHM_NAMES:
             raise ConfigurationError(
-                f"limit {rate!r}: unknown algorithm {algorithm!r} "
+                f"limit {_quote(rate)}: unknown algorithm {algorithm!r} "
                 f"(use one of {', '.join(ALGORITHM_NAMES)})"
             )
         amount, period, unit_text = _parse_rate(rate)
@@ -108,18 +112,18 @@ class Limit:
         else:
             if algorithm not in BUCKET_ALGORITHMS:
                 raise ConfigurationError(
-                    f"limit {rate!r}: burst={burst!r} only applies to token_bucket, gcra and "
+                    f"limit {_quote(rate)}: burst={burst!r} only applies to token_bucket, gcra and "
                     f"leaky_bucket (algorithm is {algorithm!r}); remove burst or change algorithm"
                 )
             if isinstance(burst, bool) or not isinstance(burst, int):
                 raise ConfigurationError(
-                    f"limit {rate!r}: burst={burst!r} must be a whole number >= 1"
+                    f"limit {_quote(rate)}: burst={burst!r} must be a whole number >= 1"
                 )
             if burst < 1:
-                raise ConfigurationError(f"limit {rate!r}: burst={burst} must be at least 1")
+                raise ConfigurationError(f"limit {_quote(rate)}: burst={burst} must be at least 1")
             if burst > MAX_AMOUNT:
                 raise ConfigurationError(
-                    f"limit {rate!r}: burst={burst} is too large (at most {MAX_AMOUNT})"
+                    f"limit {_quote(rate)}: burst={burst} is too large (at most {MAX_AMOUNT})"
                 )
             capacity = burst
         self.amount = amount
@@ -163,39 +167,67 @@ def _parse_rate(rate: str) -> tuple[int, int, str]:
     """Return (amount, period in seconds, canonical unit text) or raise ConfigurationError."""
     if not rate.strip():
         raise ConfigurationError(
-            "limit '': empty rate (write it as 'N/unit', e.g. '5/minute' or '100 per 15 minutes')"
+            f"limit {_quote(rate)}: empty rate "
+            "(write it as 'N/unit', e.g. '5/minute' or '100 per 15 minutes')"
         )
     match = _RATE.match(rate)
+    if match is None and (";" in rate or "," in rate):
+        raise ConfigurationError(
+            f"limit {_quote(rate)}: several rates in one Limit (pass the string or a list "
+            "where several limits are accepted, or one Limit per rate)"
+        )
     if match is None:
         raise ConfigurationError(
-            f"limit {rate!r}: cannot parse (write it as 'N/unit' or 'N per K units', "
+            f"limit {_quote(rate)}: cannot parse (write it as 'N/unit' or 'N per K units', "
             "e.g. '5/minute', '100 per 15 minutes', '10/s')"
         )
     unit_word = match["unit"].lower()
     unit = _UNIT_ALIASES.get(unit_word)
     if unit is None:
         raise ConfigurationError(
-            f"limit {rate!r}: unknown period {match['unit']!r} (use second, minute, hour or day)"
+            f"limit {_quote(rate)}: unknown period {_clip(match['unit'])!r} "
+            "(use second, minute, hour or day)"
         )
-    amount = int(match["amount"])
+    amount = _bounded_int(match["amount"], MAX_AMOUNT)
     if amount <= 0:
-        raise ConfigurationError(f"limit {rate!r}: the amount must be at least 1, got {amount}")
+        raise ConfigurationError(
+            f"limit {_quote(rate)}: the amount must be at least 1, got {_clip(match['amount'])}"
+        )
     if amount > MAX_AMOUNT:
         raise ConfigurationError(
-            f"limit {rate!r}: the amount {amount} is too large (at most {MAX_AMOUNT} per period)"
+            f"limit {_quote(rate)}: the amount {_clip(match['amount'])} is too large "
+            f"(at most {MAX_AMOUNT} per period)"
         )
-    multiplier = int(match["multiplier"]) if match["multiplier"] else 1
+    multiplier = _bounded_int(match["multiplier"], MAX_PERIOD_SECONDS) if match["multiplier"] else 1
     if multiplier <= 0:
         raise ConfigurationError(
-            f"limit {rate!r}: the period must be at least 1 {unit}, got {multiplier}"
+            f"limit {_quote(rate)}: the period must be at least 1 {unit}, "
+            f"got {_clip(match['multiplier'])}"
         )
     period = multiplier * _UNIT_SECONDS[unit]
     if period > MAX_PERIOD_SECONDS:
         raise ConfigurationError(
-            f"limit {rate!r}: the period is too long (at most {MAX_PERIOD_SECONDS // 86400} days)"
+            f"limit {_quote(rate)}: the period is too long "
+            f"(at most {MAX_PERIOD_SECONDS // 86400} days)"
         )
     unit_text = unit if multiplier == 1 else f"{multiplier} {unit}s"
     return amount, period, unit_text
+
+
+def _clip(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _quote(rate: str) -> str:
+    """The rate as an error message shows it: quoted, and cut short if it is huge."""
+    return repr(_clip(rate, 60))
+
+
+def _bounded_int(digits: str, bound: int) -> int:
+    """``int(digits)``, or ``bound + 1`` (too large, reported by the caller) for a huge one."""
+    if len(digits.lstrip("+-").lstrip("0")) > _MAX_DIGITS:
+        return -(bound + 1) if digits.startswith("-") else bound + 1
+    return int(digits)
 
 
 LimitsLike = Limit | str | Iterable[Limit | str]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-__all__ = ["NEVER", "Outcome", "State", "ceil_div"]
+__all__ = ["NEVER", "Outcome", "State", "ceil_div", "scaled_cost"]
 
 # A state is a small tuple of numbers whose meaning belongs to its algorithm.
 State = tuple[Any, ...]
@@ -46,3 +46,12 @@ def ceil_div(numerator: float, denominator: int) -> int:
     if isinstance(numerator, int):
         return -(-numerator // denominator)
     return math.ceil(numerator / denominator)
+
+
+def scaled_cost(cost: float, scale: int) -> float:
+    """``cost * scale``, kept an ``int`` when whole (a cost of 0.5 on a 1 s period is 500000)
+    so that the bucket arithmetic stays exact integer arithmetic."""
+    step = cost * scale
+    if isinstance(step, float) and step.is_integer():
+        return int(step)
+    return step

@@ -11,7 +11,7 @@ State: ``(tat_scaled,)``.
 from __future__ import annotations
 
 from ..rates import Limit
-from .base import NEVER, Outcome, State, ceil_div
+from .base import NEVER, Outcome, State, ceil_div, scaled_cost
 
 __all__ = ["decide"]
 
@@ -21,7 +21,7 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
     tolerance = limit.burst * period
     now_scaled = now * limit.amount
     tat = now_scaled if state is None else max(state[0], now_scaled)
-    new_tat = tat + cost * period
+    new_tat = tat + scaled_cost(cost, period)
     backlog = new_tat - now_scaled
     if backlog <= tolerance:
         reset = ceil_div(backlog, limit.amount)

@@ -11,7 +11,7 @@ State: ``(queue_empty_at_scaled,)``.
 from __future__ import annotations
 
 from ..rates import Limit
-from .base import NEVER, Outcome, State, ceil_div
+from .base import NEVER, Outcome, State, ceil_div, scaled_cost
 
 __all__ = ["decide"]
 
@@ -22,15 +22,14 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
     now_scaled = now * limit.amount
     empty_at = now_scaled if state is None else max(state[0], now_scaled)
     queued = empty_at - now_scaled
-    if queued + cost * period <= capacity:
+    step = scaled_cost(cost, period)
+    if queued + step <= capacity:
         delay = ceil_div(queued, limit.amount)
-        new_empty_at = empty_at + cost * period
+        new_empty_at = empty_at + step
         backlog = new_empty_at - now_scaled
         reset = ceil_div(backlog, limit.amount)
         remaining = (capacity - backlog) // period
         return Outcome(True, limit.burst, remaining, reset, 0, delay, (new_empty_at,), reset)
-    retry = (
-        ceil_div(queued + cost * period - capacity, limit.amount) if cost <= limit.burst else NEVER
-    )
+    retry = ceil_div(queued + step - capacity, limit.amount) if cost <= limit.burst else NEVER
     remaining = (capacity - queued) // period
     return Outcome(False, limit.burst, remaining, ceil_div(queued, limit.amount), retry, 0, None, 0)

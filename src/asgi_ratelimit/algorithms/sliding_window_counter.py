@@ -58,7 +58,10 @@ def _wait_until_at_most(
         return 0
     if current <= target:
         # Still inside this window: solve floor(previous * (period - e) / period) <= target - cur.
-        allowance = target - current
+        # floor(x) <= a holds exactly when x < floor(a) + 1; flooring a fractional allowance
+        # here keeps the guess within a microsecond or two of the answer (a raw fractional
+        # allowance would start the walk up to a whole window early).
+        allowance = math.floor(target - current)
         guess = math.floor(period - (allowance + 1) * period / previous) + 1
         at = _first_true(
             lambda e: _estimate(current, previous, e, period) <= target,
@@ -70,7 +73,7 @@ def _wait_until_at_most(
     # In the next window the current count becomes the weighted previous one.
     if current == 0:
         return period - elapsed
-    guess = math.floor(period - (target + 1) * period / current) + 1
+    guess = math.floor(period - (math.floor(target) + 1) * period / current) + 1
     at = _first_true(lambda e: _estimate(0, current, e, period) <= target, max(guess, 0), 0)
     return period - elapsed + min(at, period)
 

@@ -36,4 +36,8 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
             if to_free <= 0:
                 retry = timestamp + period - now
                 break
+        else:
+            # Only float rounding of fractional costs gets here; once every entry has left
+            # the window the request passes, since its cost fits the limit.
+            retry = entries[-1][0] + period - now
     return Outcome(False, limit.amount, limit.amount - used, reset, retry, 0, None, 0)

@@ -10,7 +10,7 @@ State: ``(level, last_update_us)``.
 from __future__ import annotations
 
 from ..rates import Limit
-from .base import NEVER, Outcome, State, ceil_div
+from .base import NEVER, Outcome, State, ceil_div, scaled_cost
 
 __all__ = ["decide"]
 
@@ -26,7 +26,7 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
         if now > last:
             level = min(full, level + (now - last) * limit.amount)
             last = now
-    needed = cost * period
+    needed = scaled_cost(cost, period)
     if needed <= level:
         level -= needed
         reset = ceil_div(full - level, limit.amount)

@@ -41,6 +41,8 @@ class MemoryBackend:
         # storage key -> (expires_at_us, state); ordered from least to most recently written.
         self._entries: OrderedDict[str, tuple[int, State]] = OrderedDict()
         self._lock = threading.Lock()
+        # The latest instant any decision used: time never steps back below it (see hit_sync).
+        self._last_now = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -56,9 +58,13 @@ class MemoryBackend:
 
     def hit_sync(self, checks: Sequence[Check], *, commit: bool = True) -> list[Outcome]:
         """Decide ``checks`` now; store the new states when all are allowed and ``commit``."""
-        now = self._now_us()
         entries = self._entries
         with self._lock:
+            # The clock is read under the lock so that threads decide in time order, and it
+            # is never allowed to step back: a wall clock that jumps back would otherwise make
+            # a fixed or sliding window start over and hand out its quota a second time.
+            now = max(self._now_us(), self._last_now)
+            self._last_now = now
             outcomes: list[Outcome] = []
             # The same key and limit may appear twice in one call: later checks see earlier ones.
             pending: dict[str, State] = {}
@@ -70,6 +76,10 @@ class MemoryBackend:
                     entry = entries.get(storage_key)
                     if entry is not None and entry[0] > now:
                         state = entry[1]
+                        if commit:
+                            # A key that is being denied is busy, not idle: keep it away from
+                            # the eviction end so a flood of new keys cannot reset its quota.
+                            entries.move_to_end(storage_key)
                 outcome = DECIDERS[check.limit.algorithm](state, now, check.limit, check.cost)
                 outcomes.append(outcome)
                 if outcome.allowed:
@@ -80,13 +90,13 @@ class MemoryBackend:
             if allowed and commit:
                 for check, outcome in zip(checks, outcomes, strict=True):
                     if check.cost and outcome.state is not None:
-                        self._store(_storage_key(check.key, check.limit), now, outcome)
+                        key = _storage_key(check.key, check.limit)
+                        self._store(key, now + outcome.ttl_us, outcome.state, now)
             return outcomes
 
-    def _store(self, storage_key: str, now: int, outcome: Outcome) -> None:
+    def _store(self, storage_key: str, expires_at: int, state: State, now: int) -> None:
         entries = self._entries
-        assert outcome.state is not None
-        entries[storage_key] = (now + outcome.ttl_us, outcome.state)
+        entries[storage_key] = (expires_at, state)
         entries.move_to_end(storage_key)
         for _ in range(_SWEEP_PER_WRITE):
             oldest_key, (expires_at, _state) = next(iter(entries.items()))
@@ -103,7 +113,12 @@ class MemoryBackend:
                     self._entries.pop(_storage_key(key, limit), None)
                 return
             prefix = key + "\x1f"
-            for storage_key in [k for k in self._entries if k.startswith(prefix)]:
+            # rpartition: the limit id never contains the separator, but a key may, so
+            # "a" must not reset the key "a\x1fb".
+            doomed = [
+                k for k in self._entries if k.startswith(prefix) and k.rpartition("\x1f")[0] == key
+            ]
+            for storage_key in doomed:
                 del self._entries[storage_key]
 
     async def clear(self) -> None:

@@ -1,7 +1,14 @@
-"""Identity sources: turn an ASGI scope into an `Identity` from verified data only."""
+"""Identity sources: turn an ASGI scope into an `Identity` from verified data only.
+
+``JWTSubject`` needs the ``jwt`` extra (PyJWT and httpx); it is importable without it and
+raises an ``ImportError`` naming ``pip install "asgi-rate-limit[jwt]"`` when constructed.
+"""
 
 from __future__ import annotations
 
+from .api_key import APIKey
 from .base import Identity, IdentitySource, Scope
+from .ip import ClientIP
+from .jwt import JWTSubject
 
-__all__ = ["Identity", "IdentitySource", "Scope"]
+__all__ = ["APIKey", "ClientIP", "Identity", "IdentitySource", "JWTSubject", "Scope"]

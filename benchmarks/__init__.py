@@ -1,0 +1,1 @@
+"""Benchmarks of asgi_ratelimit against its peers: run ``./benchmarks/run`` (see README.md)."""

@@ -1,0 +1,156 @@
+"""The benchmark runner: ``./benchmarks/run [--quick]`` (or ``python -m benchmarks`` in its venv).
+
+Phases: in-process overhead (memory and Redis; one limit, three limits, denied), memory per
+key, end to end under uvicorn + wrk, and a profile of our middleware. Results go to
+docs/benchmarks.json, docs/benchmarks.md and docs/benchmarks.png, and a table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .contenders import CONTENDERS, Built, Unavailable
+from .driver import client_ips, drive, expect_status, run_batch
+from .redis_server import RedisServer
+from .report import machine, print_tables, write_chart, write_markdown
+
+__all__ = ["main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PHASES = ("inproc", "memory", "e2e", "profile")
+
+
+async def _build_all(
+    scenario: str, backend: str, url: str | None, notes: dict[str, str]
+) -> list[tuple[str, Built]]:
+    built: list[tuple[str, Built]] = []
+    for contender in CONTENDERS:
+        if backend not in contender.backends:
+            continue
+        try:
+            built.append((contender.name, await contender.build(scenario, backend, url)))
+        except Unavailable as exc:
+            notes[contender.name] = str(exc)
+    return built
+
+
+async def inproc(url: str, rounds: int, per_batch: dict[str, int]) -> dict[str, Any]:
+    """Every (backend, scenario) table: medians over interleaved rounds."""
+    import redis.asyncio
+
+    kinds = {c.name: c for c in CONTENDERS}
+    tables: dict[str, Any] = {}
+    notes: dict[str, str] = {}
+    problems: list[str] = []
+    admin = redis.asyncio.Redis.from_url(url)
+    for backend in ("memory", "redis"):
+        for scenario in ("one", "three", "denied"):
+            await admin.flushdb()
+            built = await _build_all(scenario, backend, url, notes)
+            if scenario == "denied":
+                ips = client_ips(64, start=5_000_000)
+                for name, b in built:  # the first request of each identity uses the limit up
+                    if kinds[name].kind in ("ours", "peer", "engine"):
+                        await run_batch(b, ips, 0, len(ips))
+            else:
+                ips = client_ips(20_000, start=1)
+            t0 = time.monotonic()
+            measured = await drive(built, ips, rounds=rounds, per_batch=per_batch[backend])
+            for (name, b), m in zip(built, measured, strict=True):
+                await b.aclose()
+                limited = kinds[name].kind in ("ours", "peer", "engine")
+                expected = "429" if scenario == "denied" and limited else "200"
+                problem = expect_status(m, expected)
+                if problem:
+                    problems.append(f"{backend}/{scenario}: {problem}")
+            key = f"{backend}/{scenario}"
+            tables[key] = [
+                {
+                    "name": m.name,
+                    "kind": kinds[m.name].kind,
+                    "baseline": kinds[m.name].baseline,
+                    "median_us": m.median_us,
+                    "rounds_us": m.rounds_us,
+                }
+                for m in measured
+            ]
+            print(f"  {key}: {len(built)} rows in {time.monotonic() - t0:.1f} s", flush=True)
+    await admin.flushdb()
+    await admin.aclose()
+    return {"tables": tables, "unavailable": notes, "problems": problems}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (about a minute)")
+    parser.add_argument("--only", choices=PHASES, action="append", help="run only these phases")
+    parser.add_argument("--no-write", action="store_true", help="print only; keep docs/ as is")
+    args = parser.parse_args(argv)
+    phases = args.only or list(PHASES)
+    quick = args.quick
+    rounds = 5 if quick else 15
+    per_batch = {"memory": 500, "redis": 150} if quick else {"memory": 2000, "redis": 400}
+
+    command = "./benchmarks/run" + ("".join(f" {a}" for a in (argv or sys.argv[1:])))
+    results: dict[str, Any] = {"meta": machine(command), "phases": phases}
+    started = time.monotonic()
+    with RedisServer() as server:
+        if "inproc" in phases:
+            print("in-process overhead", flush=True)
+            results["inproc"] = asyncio.run(inproc(server.url, rounds, per_batch))
+        if "memory" in phases:
+            from .memory import (
+                app_bytes_per_client,
+                our_memory_per_key,
+                our_redis_per_key,
+                redis_per_client,
+            )
+
+            print("memory per key", flush=True)
+            n = 2000 if quick else 10_000
+            results["memory"] = {
+                "n": n,
+                "ours_memory": our_memory_per_key(n),
+                "apps_memory": asyncio.run(app_bytes_per_client(n)),
+                "ours_redis": asyncio.run(our_redis_per_key(server.url, min(n, 2000))),
+                "apps_redis": asyncio.run(redis_per_client(server.url, min(n, 2000))),
+            }
+        if "profile" in phases:
+            from .profiling import profile_ours
+
+            print("profile", flush=True)
+            n = 5000 if quick else 20_000
+            results["profile"] = {
+                "requests": n,
+                "memory": profile_ours("memory", n),
+                "redis": profile_ours("redis", n // 10, server.url),
+            }
+    if "e2e" in phases:
+        from .e2e import end_to_end
+
+        print("end to end (uvicorn)", flush=True)
+        results["e2e"] = end_to_end(rounds=2 if quick else 3, seconds=3 if quick else 5)
+    results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
+
+    print_tables(results)
+    if not args.no_write:
+        DOCS.mkdir(exist_ok=True)
+        (DOCS / "benchmarks.json").write_text(json.dumps(results, indent=1) + "\n")
+        write_markdown(results, DOCS / "benchmarks.md")
+        write_chart(results, DOCS / "benchmarks.png")
+        print(f"wrote {DOCS / 'benchmarks.md'} and {DOCS / 'benchmarks.png'}")
+    problems = results.get("inproc", {}).get("problems", [])
+    for problem in problems:
+        print(f"PROBLEM: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

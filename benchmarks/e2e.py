@@ -1,0 +1,142 @@
+"""End to end: uvicorn serving the tiny app with and without our middleware, on loopback.
+
+The load generator is ``wrk`` when installed (``apt-get install -y wrk``), else a bounded
+httpx loop. Runs alternate (bare, limited, bare, limited, ...) so that drift cancels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["end_to_end"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _pin(cpu: int) -> list[str]:
+    # Server on one core, load generator on the other: they do not fight over a core.
+    if shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
+        return ["taskset", "-c", str(cpu)]
+    return []
+
+
+def _serve(target: str, port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [
+            *_pin(0),
+            sys.executable, "-m", "uvicorn", f"benchmarks.e2e_app:{target}",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "warning", "--no-access-log",
+        ],
+        cwd=ROOT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"uvicorn {target} did not start")
+
+
+def _wrk(port: int, seconds: int, connections: int) -> float:
+    out = subprocess.run(
+        [
+            *_pin(1),
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            f"http://127.0.0.1:{port}/ping",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=seconds + 30,
+    ).stdout
+    if re.search(r"Non-2xx or 3xx responses", out):
+        raise RuntimeError(f"wrk saw non-2xx responses:\n{out}")
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if match is None:
+        raise RuntimeError(f"cannot read wrk output:\n{out}")
+    return float(match.group(1))
+
+
+async def _httpx_load(port: int, seconds: int, connections: int) -> float:
+    import httpx
+
+    done = 0
+    stop = time.monotonic() + seconds
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal done
+        while time.monotonic() < stop:
+            response = await client.get(f"http://127.0.0.1:{port}/ping")
+            if response.status_code != 200:
+                raise RuntimeError(f"status {response.status_code}")
+            done += 1
+
+    limits = httpx.Limits(max_connections=connections)
+    async with httpx.AsyncClient(limits=limits) as client:
+        t0 = time.monotonic()
+        await asyncio.gather(*(worker(client) for _ in range(connections)))
+        return done / (time.monotonic() - t0)
+
+
+def end_to_end(rounds: int, seconds: int, connections: int = 64) -> dict[str, object]:
+    """Requests per second, bare and limited, alternating; medians and the paired ratio."""
+    from .e2e_app import limited
+
+    if limited is None:
+        return {"error": "asgi_ratelimit.middleware is not available yet"}
+    tool = "wrk" if shutil.which("wrk") else "httpx"
+    rps: dict[str, list[float]] = {"bare": [], "limited": []}
+    servers = {name: (_serve(name, port := _free_port()), port) for name in rps}
+    try:
+        for _proc, port in servers.values():  # warm-up
+            if tool == "wrk":
+                _wrk(port, 1, connections)
+            else:
+                asyncio.run(_httpx_load(port, 1, 8))
+        for r in range(rounds):
+            for name in ["bare", "limited"] if r % 2 == 0 else ["limited", "bare"]:
+                port = servers[name][1]
+                if tool == "wrk":
+                    rps[name].append(_wrk(port, seconds, connections))
+                else:
+                    rps[name].append(asyncio.run(_httpx_load(port, seconds, 8)))
+    finally:
+        for proc, _port in servers.values():
+            proc.terminate()
+            proc.wait(timeout=10)
+    bare, limited_rps = statistics.median(rps["bare"]), statistics.median(rps["limited"])
+    # Each limited run against the bare run next to it: drift between pairs cancels.
+    pairs = [lim / b for b, lim in zip(rps["bare"], rps["limited"], strict=True)]
+    return {
+        "tool": tool,
+        "connections": connections if tool == "wrk" else 8,
+        "seconds": seconds,
+        "rounds": rps,
+        "bare_rps": bare,
+        "limited_rps": limited_rps,
+        "ratio": statistics.median(pairs),
+        "pair_ratios": pairs,
+    }

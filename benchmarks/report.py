@@ -1,0 +1,359 @@
+"""Turn raw timings into ratios: the console table, docs/benchmarks.md and the PNG chart."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+__all__ = ["derive", "machine", "print_tables", "targets", "write_chart", "write_markdown"]
+
+SCENARIOS = {
+    "one": "one limit matched (allowed)",
+    "three": "three limits matched (allowed)",
+    "denied": "identity already over its limit (denied)",
+}
+FLOOR = "redis-py PING"
+#: the single-value Redis algorithms the issue's < 100 bytes target applies to
+SINGLE_VALUE = ("fixed_window", "gcra")
+MEMORY_TARGET_ALGORITHMS = ("fixed_window", "token_bucket", "gcra")
+
+
+def machine(command: str) -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "command": command,
+    }
+
+
+def derive(rows: list[dict[str, Any]], denied: bool = False) -> list[dict[str, Any]]:
+    """Add overhead (us over the row's bare app), ratio to the best peer and to the floor.
+
+    On the denied path the app is never called (the limiter answers 429 alone), so the
+    "overhead" there is the whole request: what a client over its limit costs the server.
+    """
+    medians = {row["name"]: row["median_us"] for row in rows}
+    bare = {row["baseline"]: row["median_us"] for row in rows if row["kind"] == "bare"}
+    out = []
+    for row in rows:
+        row = dict(row)
+        if row["kind"] in ("ours", "peer"):
+            base = 0.0 if denied else bare[row["baseline"]]
+            row["overhead_us"] = row["median_us"] - base
+        elif row["kind"] in ("engine", "floor"):
+            row["overhead_us"] = row["median_us"]  # not an app: the call itself
+        else:
+            row["overhead_us"] = None
+        out.append(row)
+    peers = [r["overhead_us"] for r in out if r["kind"] == "peer"]
+    best = min(peers) if peers else None
+    floor = medians.get(FLOOR)
+    for row in out:
+        overhead = row["overhead_us"]
+        mine = overhead is not None and row["kind"] != "floor"
+        row["vs_best_peer"] = overhead / best if mine and best else None
+        row["vs_floor"] = overhead / floor if overhead is not None and floor else None
+    return out
+
+
+def _ours(results: dict[str, Any], key: str) -> dict[str, Any] | None:
+    rows = results.get("inproc", {}).get("tables", {}).get(key)
+    if not rows:
+        return None
+    derived = derive(rows, denied=key.endswith("/denied"))
+    return next((r for r in derived if r["kind"] == "ours"), None)
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(target, measured, verdict) for every target of the issue."""
+    out: list[tuple[str, str, str]] = []
+
+    def verdict(ok: bool | None) -> str:
+        return "not measured" if ok is None else ("met" if ok else "NOT met")
+
+    row = _ours(results, "memory/one")
+    ratio = row["vs_best_peer"] if row else None
+    out.append((
+        "Memory, one rule: overhead <= 0.5x the best peer's",
+        "-" if ratio is None else f"{ratio:.2f}x ({row['overhead_us']:.1f} us)",
+        verdict(None if ratio is None else ratio <= 0.5),
+    ))  # fmt: skip
+    for key, limit, label in (
+        ("redis/three", 1.15, "Redis, three limits: overhead <= 1.15x one round trip"),
+        ("redis/denied", 0.3, "Redis, identity over its limit: overhead <= 0.3x one round trip"),
+    ):
+        row = _ours(results, key)
+        ratio = row["vs_floor"] if row else None
+        out.append((
+            label,
+            "-" if ratio is None else f"{ratio:.2f}x ({row['overhead_us']:.1f} us)",
+            verdict(None if ratio is None else ratio <= limit),
+        ))  # fmt: skip
+    memory = results.get("memory", {})
+    ours_memory = memory.get("ours_memory") or {}
+    for algorithm in MEMORY_TARGET_ALGORITHMS:
+        value = ours_memory.get(algorithm)
+        out.append((
+            f"Memory backend, {algorithm}: <= 200 bytes per active key",
+            "-" if value is None else f"{value:.0f} B",
+            verdict(None if value is None else value <= 200),
+        ))  # fmt: skip
+    ours_redis = memory.get("ours_redis")
+    for algorithm in SINGLE_VALUE:
+        value = ours_redis.get(algorithm) if isinstance(ours_redis, dict) else None
+        out.append((
+            f"Redis, {algorithm}: MEMORY USAGE < 100 bytes per key",
+            "-" if value is None else f"{value['bytes']:.0f} B",
+            verdict(None if value is None else value["bytes"] < 100),
+        ))  # fmt: skip
+    e2e = results.get("e2e", {})
+    ratio = e2e.get("ratio")
+    out.append((
+        "End to end (uvicorn): req/s with the middleware >= 0.9x without",
+        "-" if ratio is None else f"{ratio:.3f}x",
+        verdict(None if ratio is None else ratio >= 0.9),
+    ))  # fmt: skip
+    return out
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _table_lines(rows: list[dict[str, Any]], redis: bool, denied: bool) -> list[str]:
+    head = "| contender | us/request (median) | overhead (us) | vs best peer |"
+    rule = "|---|---:|---:|---:|"
+    if redis:
+        head += " vs one Redis round trip (PING) |"
+        rule += "---:|"
+    lines = [head, rule]
+    for row in derive(rows, denied):
+        name = f"**{row['name']}**" if row["kind"] == "ours" else row["name"]
+        if row["kind"] == "bare":
+            name += " (baseline)"
+        line = (
+            f"| {name} | {row['median_us']:.1f} | {_fmt(row['overhead_us'], '.1f')} "
+            f"| {_fmt(row['vs_best_peer'], '.2f', 'x')} |"
+        )
+        if redis:
+            line += f" {_fmt(row['vs_floor'], '.2f', 'x')} |"
+        lines.append(line)
+    return lines
+
+
+def print_tables(results: dict[str, Any]) -> None:
+    for key, rows in results.get("inproc", {}).get("tables", {}).items():
+        backend, scenario = key.split("/")
+        print(f"\n{backend}: {SCENARIOS[scenario]}")
+        for line in _table_lines(rows, backend == "redis", scenario == "denied"):
+            print(line)
+    if "memory" in results:
+        print("\nmemory per key:", results["memory"])
+    if "e2e" in results:
+        print("\nend to end:", {k: v for k, v in results["e2e"].items() if k != "rounds"})
+    print("\ntargets:")
+    for target, measured, verdict in targets(results):
+        print(f"  {verdict:12} {measured:>22}  {target}")
+
+
+def write_markdown(results: dict[str, Any], path: Path) -> None:
+    meta = results["meta"]
+    lines = [
+        "# Benchmarks: asgi_ratelimit against its peers",
+        "",
+        f"- date: {meta['date']}; run took {meta.get('duration_s', '?')} s",
+        f"- machine: {meta['nproc']} CPUs (`nproc`), {meta['cpu']}; {meta['platform']}",
+        f"- Python {meta['python']}",
+        f"- command: `{meta['command']}` (from the repository root)",
+        "",
+        "Every number below was measured side by side in this one run, interleaved",
+        "(A B C ... A B C ...), so machine noise mostly cancels: read them as ratios.",
+        "Chart: [benchmarks.png](benchmarks.png); raw data: [benchmarks.json](benchmarks.json).",
+        "",
+        "## Targets (issue 5)",
+        "",
+        "| target | measured | verdict |",
+        "|---|---:|---|",
+    ]
+    lines += [f"| {t} | {m} | {v} |" for t, m, v in targets(results)]
+    inproc = results.get("inproc")
+    if inproc:
+        lines += [
+            "",
+            "## Overhead per request, in process",
+            "",
+            "Each request is a direct call of the ASGI app (a Starlette app with one route; a",
+            "FastAPI app for fastapi-limiter, a dependency) with a minimal scope, from 20,000",
+            "distinct client IPs (64 pre-exhausted IPs for the denied path). *overhead* is the",
+            "median minus the bare app's median; *vs best peer* divides it by the best peer's",
+            "overhead; for Redis, *vs one Redis round trip* divides it by one redis-py asyncio",
+            "`PING`. The engine row is `await limiter.hit(key, limit)` alone (no app). On the",
+            "denied path the app is never called, so there the overhead is the whole request.",
+        ]
+        for key, rows in inproc["tables"].items():
+            backend, scenario = key.split("/")
+            lines += ["", f"### {backend}: {SCENARIOS[scenario]}", ""]
+            lines += _table_lines(rows, backend == "redis", scenario == "denied")
+        if inproc.get("unavailable"):
+            lines += ["", "Not measured in this run:", ""]
+            lines += [f"- {name}: {why}" for name, why in inproc["unavailable"].items()]
+        if inproc.get("problems"):
+            lines += ["", "Unexpected answers (a row that did not limit as configured):", ""]
+            lines += [f"- {p}" for p in inproc["problems"]]
+    memory = results.get("memory")
+    if memory:
+        lines += _memory_lines(memory)
+    e2e = results.get("e2e")
+    if e2e:
+        lines += ["", "## End to end: uvicorn on loopback", ""]
+        if "error" in e2e:
+            lines.append(f"Not measured: {e2e['error']}")
+        else:
+            lines += [
+                f"`uvicorn` (one worker) serving the tiny app, driven by `{e2e['tool']}` with",
+                f"{e2e['connections']} connections for {e2e['seconds']} s per run, runs",
+                "alternating bare / limited; medians:",
+                "",
+                "| app | requests/s (median) | runs |",
+                "|---|---:|---|",
+                f"| bare | {e2e['bare_rps']:.0f} | "
+                + ", ".join(f"{v:.0f}" for v in e2e["rounds"]["bare"])
+                + " |",
+                f"| with RateLimitMiddleware (memory) | {e2e['limited_rps']:.0f} | "
+                + ", ".join(f"{v:.0f}" for v in e2e["rounds"]["limited"])
+                + " |",
+                "",
+                f"Ratio (median of each limited run over the bare run beside it): "
+                f"**{e2e['ratio']:.3f}x** (pairs: "
+                + ", ".join(f"{v:.2f}" for v in e2e.get("pair_ratios", []))
+                + "). The machine is shared: runs vary, which is why only paired ratios count.",
+            ]
+    profile = results.get("profile")
+    if profile:
+        lines += [
+            "",
+            "## Profile of our middleware (cProfile, own time)",
+            "",
+            f"{profile['requests']} allowed requests in process, memory backend:",
+            "",
+            "```",
+            *_trim_profile(profile["memory"]),
+            "```",
+        ]
+    lines += ["", *_peer_notes()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _trim_profile(text: str, rows: int = 22) -> list[str]:
+    lines = text.strip().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().startswith("ncalls")), 0)
+    return [line.rstrip() for line in lines[start : start + rows + 1]]
+
+
+def _memory_lines(memory: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## Memory per key",
+        "",
+        f"tracemalloc, bytes retained after {memory['n']} distinct keys (one request each).",
+        "",
+        "| our MemoryBackend, algorithm | bytes per active key |",
+        "|---|---:|",
+    ]
+    lines += [f"| {a} | {v:.0f} |" for a, v in memory["ours_memory"].items()]
+    lines += [
+        "",
+        "Through each app (everything the process keeps per new client, limiter included):",
+        "",
+        "| contender (memory backend) | bytes per client |",
+        "|---|---:|",
+    ]
+    for name, value in memory["apps_memory"].items():
+        lines.append(f"| {name} | {value if isinstance(value, str) else f'{value:.0f}'} |")
+    lines += ["", "Redis `MEMORY USAGE` (summed over the keys written per identity):", ""]
+    ours_redis = memory.get("ours_redis")
+    if isinstance(ours_redis, dict):
+        lines += ["| our RedisBackend, algorithm | bytes per identity | keys |", "|---|---:|---:|"]
+        lines += [f"| {a} | {v['bytes']:.0f} | {v['keys']:.0f} |" for a, v in ours_redis.items()]
+    else:
+        lines.append(f"Ours: {ours_redis}")
+    lines += ["", "| contender (Redis) | bytes per client | keys |", "|---|---:|---:|"]
+    for name, value in memory["apps_redis"].items():
+        if isinstance(value, str):
+            lines.append(f"| {name} | {value} | |")
+        else:
+            lines.append(f"| {name} | {value['bytes']:.0f} | {value['keys']:.1f} |")
+    return lines
+
+
+def _peer_notes() -> list[str]:
+    return [
+        "## How each contender is configured",
+        "",
+        '- **asgi_ratelimit**: `RateLimitMiddleware` with `Rule("/ping", limits=...)`,',
+        "  client-IP identity, default algorithm (sliding window counter), headers `both`.",
+        "- **slowapi**: `Limiter(key_func=get_remote_address, default_limits=[...])` with its",
+        "  pure-ASGI `SlowAPIASGIMiddleware` (the faster of its two); storage `memory://` or the",
+        "  Redis URL (limits' synchronous client). Headers off (its default).",
+        "- **asgi-ratelimit (abersheeran)**: `RateLimitMiddleware` with one `Rule` per path; its",
+        "  `MemoryBackend` or `RedisBackend`; an `authenticate` returning the socket peer (its",
+        "  `client_ip` refuses the loopback addresses used here).",
+        "- **traffik**: `ThrottleMiddleware` with one `MiddlewareThrottle(HTTPThrottle(...))` per",
+        "  limit; `InMemoryBackend` or `RedisBackend`; default strategy (fixed window).",
+        "- **fastapi-limiter** 0.2 (pyrate-limiter): a `Depends(RateLimiter(limiter=...))` on",
+        "  the route, one pyrate `Limiter` as its README shows (one bucket shared by every",
+        "  key); measured against a bare FastAPI app.",
+    ]
+
+
+def write_chart(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tables = results.get("inproc", {}).get("tables", {})
+    if not tables:
+        return
+    keys = list(tables)
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5), squeeze=False)
+    colors = {"ours": "#2e7d32", "engine": "#81c784", "peer": "#9e9e9e", "floor": "#1565c0"}
+    for ax, key in zip(axes.flat, keys, strict=False):
+        backend, scenario = key.split("/")
+        rows = [r for r in derive(tables[key], scenario == "denied") if r["kind"] != "bare"]
+        rows.sort(key=lambda r: r["overhead_us"])
+        names = [r["name"] for r in rows]
+        values = [max(r["overhead_us"], 0.0) for r in rows]
+        ax.barh(names, values, color=[colors[r["kind"]] for r in rows])
+        for y, value in enumerate(values):
+            ax.text(value, y, f" {value:.0f}", va="center", fontsize=8)
+        ax.set_title(f"{backend}: {SCENARIOS[scenario]}", fontsize=10)
+        what = "whole denied request" if scenario == "denied" else "overhead per request"
+        ax.set_xlabel(f"{what} (us, median)")
+        ax.tick_params(axis="y", labelsize=8)
+        ax.set_xlim(0, max(values) * 1.2 if values else 1)
+    for ax in list(axes.flat)[len(keys) :]:
+        ax.axis("off")
+    meta = results["meta"]
+    fig.suptitle(
+        f"asgi_ratelimit vs peers, in process ({meta['date']}, {meta['cpu']}, "
+        f"Python {meta['python']})",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

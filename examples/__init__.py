@@ -1,0 +1,1 @@
+"""Example apps for asgi_ratelimit: the same API in FastAPI and in plain Starlette."""

@@ -1,0 +1,141 @@
+"""The example API, FastAPI style (``examples/starlette_app`` serves the same API in Starlette).
+
+    ./scripts/demo                      # or: uvicorn examples.fastapi_app.main:app
+    curl -X POST localhost:8000/auth/login -H 'content-type: application/json' \\
+         -d '{"username": "alice", "password": "wonderland"}'
+
+Endpoints and their limits:
+
+- ``POST /auth/login``: 5/minute per client IP (a brute-force guard: the 6th try is a 429);
+  answers 401 for bad credentials and a JWT for good ones.
+- ``GET /search``: 10/minute per caller, with ``Depends(limiter.limit(...))``.
+- ``GET /api/items``: 60/minute for the free tier, 600/minute for premium; the tier comes from
+  the JWT (``Authorization: Bearer ...``) or a demo API key (``X-API-Key``).
+- ``GET /rate_limit``: the caller's quotas for every rule, consuming nothing.
+
+Demo credentials: users ``alice`` / ``wonderland`` (free) and ``bob`` / ``builder`` (premium);
+API keys ``demo-free-key`` and ``demo-premium-key``. Tokens are HS256, signed with the env var
+``EXAMPLE_JWT_SECRET`` (default: ``DEFAULT_JWT_SECRET`` below; change it for anything real).
+``REDIS_URL=redis://localhost:6379/0`` switches the limits from memory to Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import jwt
+from fastapi import Depends, FastAPI, HTTPException, Request
+from pydantic import BaseModel
+
+from asgi_ratelimit import (
+    APIKey,
+    ClientIP,
+    JWTSubject,
+    MemoryBackend,
+    RateLimiter,
+    RateLimitMiddleware,
+    Rule,
+)
+from asgi_ratelimit.backends.base import Backend
+from asgi_ratelimit.clock import Clock
+from examples.quotas import current_quotas
+
+__all__ = ["API_KEYS", "DEFAULT_JWT_SECRET", "USERS", "app", "create_app", "issue_token"]
+
+#: Used when EXAMPLE_JWT_SECRET is not set. Public, so only for the demo.
+DEFAULT_JWT_SECRET = "asgi-ratelimit-example-secret-change-me"
+#: username -> (password, tier)
+USERS = {"alice": ("wonderland", "free"), "bob": ("builder", "premium")}
+#: demo API key -> tier
+API_KEYS = {"demo-free-key": "free", "demo-premium-key": "premium"}
+TOKEN_LIFETIME = 3600
+
+
+def jwt_secret() -> str:
+    return os.environ.get("EXAMPLE_JWT_SECRET", DEFAULT_JWT_SECRET)
+
+
+def issue_token(username: str, tier: str, *, secret: str | None = None) -> str:
+    """A signed HS256 token with the claims the limiter reads: ``sub`` and ``tier``."""
+    now = int(time.time())
+    claims = {"sub": username, "tier": tier, "iat": now, "exp": now + TOKEN_LIFETIME}
+    return jwt.encode(claims, secret or jwt_secret(), algorithm="HS256")
+
+
+def default_backend(clock: Clock | None = None) -> Backend:
+    """Redis when REDIS_URL is set (shared by every worker), else this process's memory."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        from asgi_ratelimit.backends.redis import RedisBackend
+
+        return RedisBackend.from_url(url)
+    return MemoryBackend(clock=clock)
+
+
+class Credentials(BaseModel):
+    username: str
+    password: str
+
+
+def create_app(*, backend: Backend | None = None, clock: Clock | None = None) -> FastAPI:
+    """Build the app; tests pass a backend or a fake clock, ``app`` below uses the defaults."""
+    secret = jwt_secret()
+    limiter = RateLimiter(
+        backend=backend if backend is not None else default_backend(clock),
+        identify=[
+            JWTSubject(key=secret, algorithms=["HS256"], tier_claim="tier"),
+            APIKey(header="X-API-Key", keys=API_KEYS),
+            ClientIP(),  # behind a proxy: ClientIP(trusted_proxies=["10.0.0.0/8"])
+        ],
+        rules=[
+            Rule("/auth/login", methods=["POST"], limits="5/minute", key="ip", name="login"),
+            Rule(
+                "/api/{path:path}",
+                limits={"free": "60/minute", "premium": "600/minute"},
+                name="api",
+            ),
+        ],
+        default_tier="free",
+    )
+    search_limit = limiter.limit("10/minute", name="search")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The app owns the backend: connections open at startup and close at shutdown.
+        async with limiter.backend:
+            yield
+
+    app = FastAPI(title="asgi-ratelimit example (FastAPI)", lifespan=lifespan)
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    app.state.limiter = limiter
+
+    @app.post("/auth/login")
+    async def login(credentials: Credentials) -> dict[str, Any]:
+        user = USERS.get(credentials.username)
+        if user is None or user[0] != credentials.password:
+            raise HTTPException(status_code=401, detail="invalid username or password")
+        token = issue_token(credentials.username, user[1], secret=secret)
+        return {"access_token": token, "token_type": "bearer", "expires_in": TOKEN_LIFETIME}
+
+    @app.get("/search", dependencies=[Depends(search_limit)])
+    async def search(q: str = "") -> dict[str, Any]:
+        return {"query": q, "results": [f"{q} result {n}" for n in range(1, 4)] if q else []}
+
+    @app.get("/api/items")
+    async def items(request: Request) -> dict[str, Any]:
+        identity = request.state.rate_limit.identity
+        return {"tier": identity.tier or "free", "items": [{"id": 1}, {"id": 2}, {"id": 3}]}
+
+    @app.get("/rate_limit")
+    async def rate_limit(request: Request) -> dict[str, Any]:
+        return await current_quotas(limiter, request.scope, [search_limit])
+
+    limiter.document(app)
+    return app
+
+
+app = create_app()

@@ -1,0 +1,1 @@
+"""The example API in plain Starlette style: ``uvicorn examples.starlette_app.main:app``."""

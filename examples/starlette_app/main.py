@@ -1,0 +1,152 @@
+"""The example API, plain Starlette style (``examples/fastapi_app`` serves the same API).
+
+    uvicorn examples.starlette_app.main:app
+    curl -X POST localhost:8000/auth/login -H 'content-type: application/json' \\
+         -d '{"username": "alice", "password": "wonderland"}'
+
+Endpoints and their limits:
+
+- ``POST /auth/login``: 5/minute per client IP (a brute-force guard: the 6th try is a 429);
+  answers 401 for bad credentials and a JWT for good ones.
+- ``GET /search``: 10/minute per caller, with the ``@limiter.limit_endpoint(...)`` decorator.
+- ``GET /api/items``: 60/minute for the free tier, 600/minute for premium; the tier comes from
+  the JWT (``Authorization: Bearer ...``) or a demo API key (``X-API-Key``).
+- ``GET /rate_limit``: the caller's quotas for every rule, consuming nothing.
+
+Demo credentials: users ``alice`` / ``wonderland`` (free) and ``bob`` / ``builder`` (premium);
+API keys ``demo-free-key`` and ``demo-premium-key``. Tokens are HS256, signed with the env var
+``EXAMPLE_JWT_SECRET`` (default: ``DEFAULT_JWT_SECRET`` below; change it for anything real).
+``REDIS_URL=redis://localhost:6379/0`` switches the limits from memory to Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import jwt
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from asgi_ratelimit import (
+    APIKey,
+    ClientIP,
+    JWTSubject,
+    MemoryBackend,
+    RateLimiter,
+    RateLimitMiddleware,
+    Rule,
+)
+from asgi_ratelimit.backends.base import Backend
+from asgi_ratelimit.clock import Clock
+from examples.quotas import current_quotas
+
+__all__ = ["API_KEYS", "DEFAULT_JWT_SECRET", "USERS", "app", "create_app", "issue_token"]
+
+#: Used when EXAMPLE_JWT_SECRET is not set. Public, so only for the demo.
+DEFAULT_JWT_SECRET = "asgi-ratelimit-example-secret-change-me"
+#: username -> (password, tier)
+USERS = {"alice": ("wonderland", "free"), "bob": ("builder", "premium")}
+#: demo API key -> tier
+API_KEYS = {"demo-free-key": "free", "demo-premium-key": "premium"}
+TOKEN_LIFETIME = 3600
+
+
+def jwt_secret() -> str:
+    return os.environ.get("EXAMPLE_JWT_SECRET", DEFAULT_JWT_SECRET)
+
+
+def issue_token(username: str, tier: str, *, secret: str | None = None) -> str:
+    """A signed HS256 token with the claims the limiter reads: ``sub`` and ``tier``."""
+    now = int(time.time())
+    claims = {"sub": username, "tier": tier, "iat": now, "exp": now + TOKEN_LIFETIME}
+    return jwt.encode(claims, secret or jwt_secret(), algorithm="HS256")
+
+
+def default_backend(clock: Clock | None = None) -> Backend:
+    """Redis when REDIS_URL is set (shared by every worker), else this process's memory."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        from asgi_ratelimit.backends.redis import RedisBackend
+
+        return RedisBackend.from_url(url)
+    return MemoryBackend(clock=clock)
+
+
+def create_app(*, backend: Backend | None = None, clock: Clock | None = None) -> Starlette:
+    """Build the app; tests pass a backend or a fake clock, ``app`` below uses the defaults."""
+    secret = jwt_secret()
+    limiter = RateLimiter(
+        backend=backend if backend is not None else default_backend(clock),
+        identify=[
+            JWTSubject(key=secret, algorithms=["HS256"], tier_claim="tier"),
+            APIKey(header="X-API-Key", keys=API_KEYS),
+            ClientIP(),  # behind a proxy: ClientIP(trusted_proxies=["10.0.0.0/8"])
+        ],
+        rules=[
+            Rule("/auth/login", methods=["POST"], limits="5/minute", key="ip", name="login"),
+            Rule(
+                "/api/{path:path}",
+                limits={"free": "60/minute", "premium": "600/minute"},
+                name="api",
+            ),
+        ],
+        default_tier="free",
+    )
+
+    async def login(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            return JSONResponse({"detail": "send JSON: {username, password}"}, status_code=422)
+        user = USERS.get(str(body.get("username")))
+        if user is None or user[0] != body.get("password"):
+            return JSONResponse({"detail": "invalid username or password"}, status_code=401)
+        token = issue_token(str(body["username"]), user[1], secret=secret)
+        return JSONResponse(
+            {"access_token": token, "token_type": "bearer", "expires_in": TOKEN_LIFETIME}
+        )
+
+    @limiter.limit_endpoint("10/minute", name="search")
+    async def search(request: Request) -> JSONResponse:
+        q = request.query_params.get("q", "")
+        results = [f"{q} result {n}" for n in range(1, 4)] if q else []
+        return JSONResponse({"query": q, "results": results})
+
+    async def items(request: Request) -> JSONResponse:
+        identity = request.state.rate_limit.identity
+        items = [{"id": 1}, {"id": 2}, {"id": 3}]
+        return JSONResponse({"tier": identity.tier or "free", "items": items})
+
+    async def rate_limit(request: Request) -> JSONResponse:
+        return JSONResponse(await current_quotas(limiter, request.scope, [search.__rate_limit__]))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The app owns the backend: connections open at startup and close at shutdown.
+        async with limiter.backend:
+            yield
+
+    app = Starlette(
+        routes=[
+            Route("/auth/login", login, methods=["POST"]),
+            Route("/search", search, methods=["GET"]),
+            Route("/api/items", items, methods=["GET"]),
+            Route("/rate_limit", rate_limit, methods=["GET"]),
+        ],
+        middleware=[Middleware(RateLimitMiddleware, limiter=limiter)],
+        lifespan=lifespan,
+    )
+    app.state.limiter = limiter
+    return app
+
+
+app = create_app()

@@ -1,0 +1,129 @@
+"""A local cache of limits known to deny, so a flood from one identity costs no Redis calls.
+
+When Redis denies a request, it also sends back the stored state of every key the request
+touched (nothing changed: a denied request consumes nothing). Until the instant that request
+could pass, a request with checks all found here is decided in-process by the same pure
+algorithm on that state, which is the computation the script would do: same decision, same
+remaining, same retry_after. Anything the cache cannot answer with a denial goes to Redis.
+
+Time. With an injected clock both sides use it and the answer is exact. With the server's
+clock, each entry records the server time ``s`` read by the script and the local monotonic
+instants ``t0`` (before sending) and ``t1`` (after the reply): at local time ``t`` the server
+time is in ``[s + t - t1, s + t - t0]``. An entry is used only while even the upper bound is
+before its instant, and outcomes are computed at the lower bound, so a client is never told to
+come back too early (at most one round trip too late).
+
+Exactness holds while nobody else changes these keys meanwhile. Nobody can pass the limit
+that denied (for requests at least as costly: a cheaper request asks Redis and may pass, which
+then drops the entry here); a limit of the same request that had room left may be consumed by
+other processes through other rules, so its ``remaining`` here can be stale until the instant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from ..algorithms import DECIDERS, Outcome, State
+from ..rates import Limit
+from .base import Check
+
+__all__ = ["DenyCache"]
+
+
+class _Entry(NamedTuple):
+    limit: Limit
+    state: State | None
+    #: server time (us) until which the entry is valid
+    until: int
+    #: server time = local time + offset, as lower and upper bounds
+    offset_low: int
+    offset_high: int
+
+
+class DenyCache:
+    """Denied (key, limit) states, answered locally until they could pass.
+
+        cache = DenyCache(max_entries=10_000)
+        outcomes = cache.answer(storage_keys, checks, local_now_us)   # None: ask Redis
+        cache.record(storage_keys, checks, outcomes, states, server_now, t0, t1)
+    """
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[str, _Entry] = {}
+        #: requests answered here instead of by Redis (for tests and metrics)
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def answer(
+        self, storage_keys: Sequence[str], checks: Sequence[Check], local_now: int
+    ) -> list[Outcome] | None:
+        """The outcomes Redis would give, if the cache knows them to be a denial; else None."""
+        if not self._entries or len(set(storage_keys)) != len(storage_keys):
+            return None
+        outcomes: list[Outcome] = []
+        allowed = True
+        for storage_key, check in zip(storage_keys, checks, strict=True):
+            entry = self._entries.get(storage_key)
+            if entry is None or entry.limit != check.limit:
+                return None
+            if local_now + entry.offset_high >= entry.until:
+                del self._entries[storage_key]
+                return None
+            now = local_now + entry.offset_low
+            outcome = DECIDERS[check.limit.algorithm](entry.state, now, check.limit, check.cost)
+            outcomes.append(outcome._replace(state=None))
+            allowed = allowed and outcome.allowed
+        if allowed:
+            return None  # it would pass: only Redis may count it
+        self.hits += 1
+        return outcomes
+
+    def record(
+        self,
+        storage_keys: Sequence[str],
+        checks: Sequence[Check],
+        outcomes: Sequence[Outcome],
+        states: Sequence[State | None],
+        server_now: int,
+        sent_at: int,
+        received_at: int,
+    ) -> None:
+        """Remember a denied request's states; forget the keys of an allowed one."""
+        if all(outcome.allowed for outcome in outcomes):
+            self.forget(storage_keys)
+            return
+        retry = max(outcome.retry_us for outcome in outcomes if not outcome.allowed)
+        if math.isinf(retry) or len(set(storage_keys)) != len(storage_keys):
+            self.forget(storage_keys)
+            return
+        if len(self._entries) + len(storage_keys) > self.max_entries:
+            self._evict(received_at)
+            if len(self._entries) + len(storage_keys) > self.max_entries:
+                return
+        until = server_now + int(retry)
+        low, high = server_now - received_at, server_now - sent_at
+        for storage_key, check, state in zip(storage_keys, checks, states, strict=True):
+            self._entries[storage_key] = _Entry(check.limit, state, until, low, high)
+
+    def forget(self, storage_keys: Sequence[str]) -> None:
+        for storage_key in storage_keys:
+            self._entries.pop(storage_key, None)
+
+    def forget_prefix(self, prefix: str) -> None:
+        for storage_key in [k for k in self._entries if k.startswith(prefix)]:
+            del self._entries[storage_key]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def _evict(self, local_now: int) -> None:
+        expired = [k for k, e in self._entries.items() if local_now + e.offset_high >= e.until]
+        for storage_key in expired:
+            del self._entries[storage_key]
+        while len(self._entries) > self.max_entries // 2:
+            del self._entries[next(iter(self._entries))]

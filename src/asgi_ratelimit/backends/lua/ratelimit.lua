@@ -1,0 +1,395 @@
+-- asgi_ratelimit: decide every limit of one request in one atomic step.
+--
+-- The arithmetic mirrors src/asgi_ratelimit/algorithms/*.py operation for operation, in the
+-- same order, on integer microseconds (Lua numbers are doubles: exact below 2^53), so the
+-- Redis and memory backends give the same answers. GCRA and the leaky bucket store their
+-- backlog *relative* to the instant it was written ("backlog at"), never now * amount, which
+-- would pass 2^53; the token bucket clamps its refill before multiplying for the same reason.
+--
+-- KEYS[i]   - the state key of check i (on Redis Cluster all keys share one {hash tag})
+-- ARGV[1]   - "hit" (decide; store only if every check passes), "peek" (decide, store nothing)
+--             or "refund" (give back the costs of a "hit" made at ARGV[2])
+-- ARGV[2]   - now in integer microseconds, or "" to use the server's TIME
+-- ARGV[3]   - "1" to return each check's stored state when the request is denied, else "0"
+-- ARGV[4]   - milliseconds added to every TTL (0 with the server's clock)
+-- ARGV[5..] - five values per check i, from ARGV[5 + 5 * (i - 1)]:
+--             algorithm code (1 fixed_window, 2 sliding_window_log, 3 sliding_window_counter,
+--             4 token_bucket, 5 gcra, 6 leaky_bucket), amount, period_us, burst, cost
+-- returns   - {now_us, all_allowed ("1"/"0"), then seven strings per check: allowed, remaining,
+--             reset_us, retry_us ("inf" if it can never pass), delay_us, ttl_us, stored state}
+--             Every number crosses as a string: Redis truncates Lua numbers to integers.
+
+local floor, ceil, fmod, huge = math.floor, math.ceil, math.fmod, math.huge
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+-- Python's float floor division (Objects/floatobject.c): exact, unlike floor(a / b).
+local function floordiv(a, b)
+  local mod = fmod(a, b)
+  local div = (a - mod) / b
+  if mod ~= 0 and ((b < 0) ~= (mod < 0)) then
+    div = div - 1
+  end
+  if div ~= 0 then
+    local whole = floor(div)
+    if div - whole > 0.5 then
+      whole = whole + 1
+    end
+    return whole
+  end
+  return 0
+end
+
+local function ceil_div(n, d)
+  if n <= 0 then
+    return 0
+  end
+  return ceil(n / d)
+end
+
+-- fixed window -------------------------------------------------------------------------------
+local function fixed_window(state, now, amount, period, burst, cost)
+  local window = floordiv(now, period)
+  local count = 0
+  if state and state[1] == window then
+    count = state[2]
+  end
+  local until_next = (window + 1) * period - now
+  local reset = 0
+  if count + cost <= amount then
+    count = count + cost
+    if count ~= 0 then reset = until_next end
+    return {true, amount - count, reset, 0, 0, {window, count}, reset}
+  end
+  local retry = huge
+  if cost <= amount then retry = until_next end
+  if count ~= 0 then reset = until_next end
+  return {false, amount - count, reset, retry, 0, nil, 0}
+end
+
+-- sliding window log: state {entries = {{ts, cost, original index or false}, ...}} ---------------
+local function sliding_window_log(state, now, amount, period, burst, cost)
+  local horizon = now - period
+  local entries = {}
+  local used = 0
+  if state then
+    for _, entry in ipairs(state.entries) do
+      if entry[1] > horizon then
+        entries[#entries + 1] = entry
+        used = used + entry[2]
+      end
+    end
+  end
+  local reset = 0
+  if used + cost <= amount then
+    if cost ~= 0 then
+      entries[#entries + 1] = {now, cost, false}
+      used = used + cost
+    end
+    if #entries > 0 then reset = entries[#entries][1] + period - now end
+    return {true, amount - used, reset, 0, 0, {entries = entries, orig = state and state.orig or 0}, reset}
+  end
+  if #entries > 0 then reset = entries[#entries][1] + period - now end
+  local retry = huge
+  if cost <= amount then
+    local to_free = used + cost - amount
+    for _, entry in ipairs(entries) do
+      to_free = to_free - entry[2]
+      if to_free <= 0 then
+        retry = entry[1] + period - now
+        break
+      end
+    end
+  end
+  return {false, amount - used, reset, retry, 0, nil, 0}
+end
+
+-- sliding window counter -----------------------------------------------------------------------
+local function estimate(current, previous, elapsed, period)
+  return current + floor(previous * (period - elapsed) / period)
+end
+
+local function first_true(predicate, guess, low)
+  local at = guess
+  while not predicate(at) do at = at + 1 end
+  while at > low and predicate(at - 1) do at = at - 1 end
+  return at
+end
+
+local function wait_until_at_most(target, current, previous, elapsed, period)
+  if estimate(current, previous, elapsed, period) <= target then
+    return 0
+  end
+  if current <= target then
+    local allowance = target - current
+    local guess = floor(period - (allowance + 1) * period / previous) + 1
+    local at = first_true(function(e)
+      return estimate(current, previous, e, period) <= target
+    end, math.max(guess, elapsed), elapsed)
+    if at < period then
+      return at - elapsed
+    end
+  end
+  if current == 0 then
+    return period - elapsed
+  end
+  local guess = floor(period - (target + 1) * period / current) + 1
+  local at = first_true(function(e)
+    return estimate(0, current, e, period) <= target
+  end, math.max(guess, 0), 0)
+  return period - elapsed + math.min(at, period)
+end
+
+local function sliding_window_counter(state, now, amount, period, burst, cost)
+  local window = floordiv(now, period)
+  local elapsed = now - window * period
+  local current, previous = 0, 0
+  if state then
+    if state[1] == window then
+      current, previous = state[2], state[3]
+    elseif state[1] == window - 1 then
+      previous = state[2]
+    end
+  end
+  local est = estimate(current, previous, elapsed, period)
+  if est + cost <= amount then
+    current = current + cost
+    local reset = wait_until_at_most(0, current, previous, elapsed, period)
+    local ttl = period - elapsed
+    if current ~= 0 then ttl = 2 * period - elapsed end
+    return {true, amount - est - cost, reset, 0, 0, {window, current, previous}, ttl}
+  end
+  local retry = huge
+  if cost <= amount then
+    retry = wait_until_at_most(amount - cost, current, previous, elapsed, period)
+  end
+  local reset = wait_until_at_most(0, current, previous, elapsed, period)
+  return {false, math.max(0, amount - est), reset, retry, 0, nil, 0}
+end
+
+-- token bucket: state {level scaled by period, last update} -------------------------------------
+local function token_bucket(state, now, amount, period, burst, cost)
+  local full = burst * period
+  local level, last
+  if not state then
+    level, last = full, now
+  else
+    level, last = state[1], state[2]
+    if now > last then
+      local gain = (now - last) * amount
+      if gain >= full then level = full else level = math.min(full, level + gain) end
+      last = now
+    end
+  end
+  local needed = cost * period
+  if needed <= level then
+    level = level - needed
+    local reset = ceil_div(full - level, amount)
+    return {true, floordiv(level, period), reset, 0, 0, {level, last}, reset}
+  end
+  local retry = huge
+  if cost <= burst then retry = ceil_div(needed - level, amount) end
+  return {false, floordiv(level, period), ceil_div(full - level, amount), retry, 0, nil, 0}
+end
+
+-- GCRA and leaky bucket: state {backlog (scaled by amount) at the instant "at", at} ----------------
+local function backlog_now(state, now, amount)
+  if not state then return 0 end
+  local backlog, at = state[1], state[2]
+  local d = now - at
+  if d <= 0 then return backlog - d * amount end
+  local gain = d * amount
+  if gain >= backlog then return 0 end
+  return backlog - gain
+end
+
+local function gcra(state, now, amount, period, burst, cost)
+  local tolerance = burst * period
+  local rel = backlog_now(state, now, amount)
+  local backlog = rel + cost * period
+  if backlog <= tolerance then
+    local reset = ceil_div(backlog, amount)
+    return {true, floordiv(tolerance - backlog, period), reset, 0, 0, {backlog, now}, reset}
+  end
+  local retry = huge
+  if cost <= burst then retry = ceil_div(backlog - tolerance, amount) end
+  return {false, floordiv(tolerance - rel, period), ceil_div(rel, amount), retry, 0, nil, 0}
+end
+
+local function leaky_bucket(state, now, amount, period, burst, cost)
+  local capacity = burst * period
+  local queued = backlog_now(state, now, amount)
+  if queued + cost * period <= capacity then
+    local delay = ceil_div(queued, amount)
+    local backlog = queued + cost * period
+    local reset = ceil_div(backlog, amount)
+    return {true, floordiv(capacity - backlog, period), reset, 0, delay, {backlog, now}, reset}
+  end
+  local retry = huge
+  if cost <= burst then retry = ceil_div(queued + cost * period - capacity, amount) end
+  return {false, floordiv(capacity - queued, period), ceil_div(queued, amount), retry, 0, nil, 0}
+end
+
+local DECIDE = {fixed_window, sliding_window_log, sliding_window_counter, token_bucket, gcra,
+                leaky_bucket}
+local LOG = 2
+
+-- storage ------------------------------------------------------------------------------------
+local function log_item(entry)
+  if entry[2] == 1 then return fmt(entry[1]) end
+  return fmt(entry[1]) .. ':' .. fmt(entry[2])
+end
+
+-- Returns the state (nil when absent) and its stored text (for the deny cache).
+local function load(key, code)
+  if code == LOG then
+    local raw = redis.call('LRANGE', key, 0, -1)
+    if #raw == 0 then return nil, '' end
+    local entries = {}
+    for i, item in ipairs(raw) do
+      local sep = string.find(item, ':', 1, true)
+      if sep then
+        entries[i] = {tonumber(string.sub(item, 1, sep - 1)), tonumber(string.sub(item, sep + 1)), i}
+      else
+        entries[i] = {tonumber(item), 1, i}
+      end
+    end
+    return {entries = entries, orig = #raw}, table.concat(raw, ',')
+  end
+  local raw = redis.call('GET', key)
+  if not raw then return nil, '' end
+  local state = {}
+  for part in string.gmatch(raw, '%S+') do state[#state + 1] = tonumber(part) end
+  return state, raw
+end
+
+local function store(key, code, state, ms)
+  if code ~= LOG then
+    local parts = {}
+    for i, value in ipairs(state) do parts[i] = fmt(value) end
+    redis.call('SET', key, table.concat(parts, ' '), 'PX', ms)
+    return
+  end
+  -- Entries kept from the stored list are a suffix of it when timestamps only grow: trim
+  -- the head and append, instead of rewriting the whole log.
+  local kept, added = {}, {}
+  for _, entry in ipairs(state.entries) do
+    if entry[3] then kept[#kept + 1] = entry[3] else added[#added + 1] = log_item(entry) end
+  end
+  local suffix = true
+  for j, index in ipairs(kept) do
+    if index ~= state.orig - #kept + j then suffix = false break end
+  end
+  if not suffix or #kept == 0 then
+    redis.call('DEL', key)
+    added = {}
+    for _, entry in ipairs(state.entries) do added[#added + 1] = log_item(entry) end
+  elseif #kept < state.orig then
+    redis.call('LTRIM', key, state.orig - #kept, -1)
+  end
+  if #added > 0 then redis.call('RPUSH', key, unpack(added)) end
+  redis.call('PEXPIRE', key, ms)
+end
+
+local function refund(key, code, now, amount, period, burst, cost)
+  if code == LOG then
+    redis.call('LREM', key, -1, log_item({now, cost}))
+    return
+  end
+  local state = load(key, code)
+  if not state then return end
+  if code == 1 or code == 3 then
+    local window = floordiv(now, period)
+    if state[1] == window then
+      state[2] = state[2] - cost
+    elseif code == 3 and state[1] == window + 1 then
+      state[3] = state[3] - cost
+    else
+      return
+    end
+  elseif code == 4 then
+    state[1] = math.min(burst * period, state[1] + cost * period)
+  else
+    state[1] = math.max(0, state[1] - cost * period)
+  end
+  local parts = {}
+  for i, value in ipairs(state) do parts[i] = fmt(value) end
+  redis.call('SET', key, table.concat(parts, ' '), 'KEEPTTL')
+end
+
+-- main -----------------------------------------------------------------------------------------
+local mode = ARGV[1]
+local now
+if ARGV[2] == '' then
+  -- Redis < 5 needs effect replication before a write that follows TIME.
+  if redis.replicate_commands then pcall(redis.replicate_commands) end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[2])
+end
+local want_state = ARGV[3] == '1'
+local margin_ms = tonumber(ARGV[4])
+
+local checks = {}
+for i = 1, #KEYS do
+  local base = 4 + 5 * (i - 1)
+  checks[i] = {KEYS[i], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]),
+               tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])}
+end
+
+if mode == 'refund' then
+  for _, c in ipairs(checks) do refund(c[1], c[2], now, c[3], c[4], c[5], c[6]) end
+  return {fmt(now), '1'}
+end
+
+-- The same key may appear twice in one call: later checks see the earlier ones' new state.
+local seen = {}
+local outcomes = {}
+local all_allowed = true
+for i, c in ipairs(checks) do
+  local entry = seen[c[1]]
+  if not entry then
+    local state, raw = load(c[1], c[2])
+    entry = {state = state, raw = raw}
+    seen[c[1]] = entry
+  end
+  local outcome = DECIDE[c[2]](entry.state, now, c[3], c[4], c[5], c[6])
+  outcomes[i] = outcome
+  if outcome[1] then
+    if outcome[6] ~= nil then entry.state = outcome[6] end
+  else
+    all_allowed = false
+  end
+end
+
+if mode == 'hit' and all_allowed then
+  local final, order = {}, {}
+  for i, c in ipairs(checks) do
+    if c[6] ~= 0 and outcomes[i][6] ~= nil then
+      if not final[c[1]] then order[#order + 1] = c[1] end
+      final[c[1]] = {c[2], outcomes[i][6], outcomes[i][7]}
+    end
+  end
+  for _, key in ipairs(order) do
+    local f = final[key]
+    store(key, f[1], f[2], ceil(f[3] / 1000) + margin_ms)
+  end
+end
+
+local reply = {fmt(now), all_allowed and '1' or '0'}
+for i, c in ipairs(checks) do
+  local o = outcomes[i]
+  local raw = ''
+  if want_state and not all_allowed then raw = seen[c[1]].raw end
+  reply[#reply + 1] = o[1] and '1' or '0'
+  reply[#reply + 1] = fmt(o[2])
+  reply[#reply + 1] = fmt(o[3])
+  reply[#reply + 1] = fmt(o[4])
+  reply[#reply + 1] = fmt(o[5])
+  reply[#reply + 1] = fmt(o[7])
+  reply[#reply + 1] = raw
+end
+return reply

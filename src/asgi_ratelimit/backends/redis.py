@@ -1,0 +1,389 @@
+"""`RedisBackend`: limits shared by every process and host, on Redis, Valkey or Redis Cluster.
+
+Every request is one EVALSHA of one Lua script that decides all its checks atomically, with
+the arithmetic of the pure algorithms (see ``lua/ratelimit.lua``). Calls have a time budget
+and a circuit breaker; every driver error becomes `BackendError` so the limiter can apply its
+failure policy. A local deny cache answers floods from one identity without calling Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+try:
+    import redis.asyncio as aioredis
+    from redis.exceptions import NoScriptError, RedisError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        'RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"'
+    ) from exc
+
+from ..algorithms import Outcome
+from ..clock import Clock
+from ..errors import BackendError, ConfigurationError
+from ..rates import Limit
+from .base import Check
+from .circuit import CircuitBreaker
+from .deny_cache import DenyCache
+from .redis_script import SCRIPT, SCRIPT_SHA, Mode, decode, encode
+
+__all__ = ["EXACT_LIMIT", "RedisBackend"]
+
+logger = logging.getLogger("asgi_ratelimit")
+
+#: Lua numbers are doubles: every product the scripts form stays below this to stay exact.
+EXACT_LIMIT = 2**53
+_COUNTER_ALGORITHMS = frozenset({"fixed_window", "sliding_window_log"})
+#: Seconds allowed for the first call, which opens connections (and maps a cluster's slots).
+_FIRST_CALL_BUDGET = 2.0
+_CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+#: With an injected clock Redis still expires keys on its own clock; this margin keeps state
+#: alive while a fake clock crawls (kept state past its TTL decides exactly like no state).
+_INJECTED_CLOCK_TTL_MARGIN = 60.0
+
+
+class RedisBackend:
+    """Limit state in Redis (or Valkey), shared by every worker and host.
+
+        backend = RedisBackend.from_url("redis://localhost:6379/0")
+        backend = RedisBackend.from_url("redis+cluster://node1:7000")     # Redis Cluster
+        backend = RedisBackend(redis.asyncio.Redis(...), prefix="myapp:rl:")
+        async with backend:
+            limiter = RateLimiter(backend=backend, on_backend_error="fallback")
+
+    ``timeout`` is the budget of one call in seconds; after ``failure_threshold`` consecutive
+    failures the circuit opens and calls fail at once for ``cooldown`` seconds, then one probe
+    goes through. ``clock`` (tests) replaces the server's ``TIME``. ``deny_cache`` answers
+    repeated denials locally (see `DenyCache`). A client you pass in stays yours to close.
+    """
+
+    def __init__(
+        self,
+        client: aioredis.Redis | aioredis.RedisCluster,
+        *,
+        prefix: str = "rl:",
+        timeout: float = 0.05,
+        clock: Clock | None = None,
+        deny_cache: bool = True,
+        failure_threshold: int = 3,
+        cooldown: float = 1.0,
+        owns_client: bool = False,
+    ) -> None:
+        if not isinstance(client, (aioredis.Redis, aioredis.RedisCluster)):
+            raise ConfigurationError(
+                f"RedisBackend(client={client!r}): expected a redis.asyncio.Redis or "
+                "RedisCluster (or use RedisBackend.from_url('redis://host:6379/0'))"
+            )
+        if not isinstance(prefix, str) or any(c in prefix for c in "{}"):
+            raise ConfigurationError(
+                f"RedisBackend(prefix={prefix!r}): must be a str without '{{' or '}}' "
+                "(braces would change the Redis Cluster hash slot), e.g. 'rl:'"
+            )
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ConfigurationError(
+                f"RedisBackend(timeout={timeout!r}): must be a number of seconds > 0 (e.g. 0.05)"
+            )
+        self._client = client
+        self._cluster = isinstance(client, aioredis.RedisCluster)
+        self.prefix = prefix
+        self.timeout = float(timeout)
+        self._clock = clock
+        self._ttl_margin_ms = 0 if clock is None else int(_INJECTED_CLOCK_TTL_MARGIN * 1000)
+        self._breaker = CircuitBreaker(threshold=failure_threshold, cooldown=cooldown)
+        self.deny_cache: DenyCache | None = DenyCache() if deny_cache else None
+        self._owns_client = owns_client
+        # The first call connects (and, on a cluster, discovers the slots): it gets a larger
+        # budget so an app's first requests are not counted as an outage.
+        self._warm = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        prefix: str = "rl:",
+        timeout: float = 0.05,
+        clock: Clock | None = None,
+        deny_cache: bool = True,
+        failure_threshold: int = 3,
+        cooldown: float = 1.0,
+        max_connections: int = 64,
+        **client_options: Any,
+    ) -> RedisBackend:
+        """Connect to ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://host:port``.
+
+        ``client_options`` go to redis-py (e.g. ``password=``, ``ssl_ca_certs=``).
+        """
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in ("redis", "rediss", "unix", *_CLUSTER_SCHEMES):
+            raise ConfigurationError(
+                f"RedisBackend.from_url({url!r}): unknown scheme (use redis://, rediss://, "
+                "unix:// or redis+cluster://host:port)"
+            )
+        # A connect that hangs must not outlive many budgets; the budget still bounds a call.
+        client_options.setdefault("socket_connect_timeout", max(1.0, timeout))
+        client: aioredis.Redis | aioredis.RedisCluster
+        if scheme in _CLUSTER_SCHEMES:
+            client = aioredis.RedisCluster.from_url(
+                f"{_CLUSTER_SCHEMES[scheme]}://{rest}",
+                max_connections=max_connections,
+                **client_options,
+            )
+        else:
+            client = aioredis.from_url(url, max_connections=max_connections, **client_options)
+        return cls(
+            client,
+            prefix=prefix,
+            timeout=timeout,
+            clock=clock,
+            deny_cache=deny_cache,
+            failure_threshold=failure_threshold,
+            cooldown=cooldown,
+            owns_client=True,
+        )
+
+    @property
+    def client(self) -> aioredis.Redis | aioredis.RedisCluster:
+        return self._client
+
+    @property
+    def circuit(self) -> CircuitBreaker:
+        return self._breaker
+
+    @staticmethod
+    def validate_limit(limit: Limit) -> Limit:
+        """Refuse a limit whose arithmetic would not be exact in Lua's 64-bit floats.
+
+        The bucket kinds and the sliding window counter multiply the capacity by the period
+        in microseconds; that product must stay below 2^53 (about 100,000 per day). Fixed
+        windows and the sliding log have no such product.
+        """
+        if limit.algorithm in _COUNTER_ALGORITHMS or limit.burst * limit.period_us < EXACT_LIMIT:
+            return limit
+        most = (EXACT_LIMIT - 1) // limit.period_us
+        raise ConfigurationError(
+            f"limit {limit!r}: {limit.burst} per {limit.period} s is too fine for exact "
+            f"arithmetic in Redis (capacity x period must stay below 2^53 us): use at most "
+            f"{most} per {limit.period} s, a shorter period with a proportional amount, or "
+            "algorithm='fixed_window' or 'sliding_window_log'"
+        )
+
+    # -- keys ---------------------------------------------------------------------------
+
+    def tag(self, key: str) -> str:
+        """The fixed-length hash of an identity key: no raw user data reaches Redis."""
+        data = key.encode("utf-8", "surrogatepass")
+        return hashlib.blake2b(data, digest_size=16, person=b"asgi-ratelimit").hexdigest()
+
+    def storage_key(self, key: str, limit: Limit) -> str:
+        # Every limit of one identity key shares its {hash tag}, hence one Cluster slot.
+        return f"{self.prefix}{{{self.tag(key)}}}:{limit.id}"
+
+    def _storage_key(self, check: Check) -> str:
+        return self.storage_key(check.key, check.limit)
+
+    # -- the protocol -------------------------------------------------------------------
+
+    async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
+        return await self._decide("hit", checks)
+
+    async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
+        return await self._decide("peek", checks)
+
+    async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
+        tag_prefix = f"{self.prefix}{{{self.tag(key)}}}:"
+        if self.deny_cache is not None:
+            self.deny_cache.forget_prefix(tag_prefix)
+        await self._guarded(self._reset(key, tag_prefix, limits))
+
+    async def _reset(self, key: str, tag_prefix: str, limits: Sequence[Limit] | None) -> None:
+        if limits is not None:
+            keys = [self.storage_key(key, limit) for limit in limits]
+        else:
+            match = _glob_escape(tag_prefix) + "*"
+            if self._cluster:
+                cluster = self._client
+                assert isinstance(cluster, aioredis.RedisCluster)
+                node = cluster.get_node_from_key(tag_prefix)
+                keys = [k async for k in cluster.scan_iter(match=match, target_nodes=node)]
+            else:
+                keys = [k async for k in self._client.scan_iter(match=match, count=1000)]
+        if keys:
+            await self._client.delete(*keys)
+
+    async def aclose(self) -> None:
+        if self.deny_cache is not None:
+            self.deny_cache.clear()
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def initialize(self) -> None:
+        """Connect and load the script now rather than on the first request.
+
+        Raises `BackendError` when Redis is unreachable; ``async with backend`` logs that and
+        carries on, so an app starts (with its failure policy) while Redis is down.
+        """
+        await self._guarded(self._load_script())
+
+    async def _load_script(self) -> None:
+        if self._cluster:
+            cluster = self._client
+            assert isinstance(cluster, aioredis.RedisCluster)
+            await cluster.initialize()
+            await cluster.script_load(SCRIPT)  # sent to every primary
+        else:
+            await self._client.script_load(SCRIPT)
+
+    async def __aenter__(self) -> RedisBackend:
+        try:
+            await self.initialize()
+        except BackendError as exc:
+            logger.warning("%r: not reachable at start-up (%s); will retry per request", self, exc)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        kind = "cluster" if self._cluster else "redis"
+        return f"RedisBackend({kind}, prefix={self.prefix!r}, circuit={self._breaker.state!r})"
+
+    # -- deciding -----------------------------------------------------------------------
+
+    def _local_now(self) -> int:
+        if self._clock is not None:
+            return round(self._clock() * 1_000_000)
+        return time.monotonic_ns() // 1000
+
+    async def _decide(self, mode: Mode, checks: Sequence[Check]) -> list[Outcome]:
+        if not checks:
+            return []
+        for check in checks:
+            self.validate_limit(check.limit)
+        storage_keys = [self._storage_key(check) for check in checks]
+        cache = self.deny_cache
+        if cache is not None:
+            local = cache.answer(storage_keys, checks, self._local_now())
+            if local is not None:
+                return local
+        sent_at = self._local_now()
+        now_us, outcomes, states = await self._guarded(self._run(mode, checks, storage_keys))
+        if cache is not None:
+            if self._clock is not None:
+                sent_at = received_at = now_us
+            else:
+                received_at = self._local_now()
+            if states is None:
+                cache.forget(storage_keys)
+            else:
+                cache.record(storage_keys, checks, outcomes, states, now_us, sent_at, received_at)
+        return outcomes
+
+    async def _guarded(self, call: Any) -> Any:
+        """Run one storage call within the budget, through the circuit breaker."""
+        if not self._breaker.allow():
+            call.close()
+            raise BackendError(f"{self!r}: circuit open after repeated failures; not calling")
+        try:
+            budget = self.timeout if self._warm else max(self.timeout, _FIRST_CALL_BUDGET)
+            result = await asyncio.wait_for(call, budget)
+        except asyncio.TimeoutError as exc:
+            self._breaker.failure()
+            raise BackendError(f"redis call exceeded its {self.timeout * 1000:g} ms budget") from exc
+        except (RedisError, OSError) as exc:
+            self._breaker.failure()
+            raise BackendError(f"redis failed: {type(exc).__name__}: {exc}") from exc
+        self._breaker.success()
+        self._warm = True
+        return result
+
+    async def _run(
+        self, mode: Mode, checks: Sequence[Check], storage_keys: Sequence[str]
+    ) -> tuple[int, list[Outcome], list[Any] | None]:
+        now_us = None if self._clock is None else round(self._clock() * 1_000_000)
+        want_state = self.deny_cache is not None
+        if self._cluster:
+            slots = {self._client.keyslot(key) for key in storage_keys}  # type: ignore[union-attr]
+            if len(slots) > 1:
+                return await self._run_across_slots(mode, checks, storage_keys, now_us)
+        reply = await self._eval(mode, checks, storage_keys, now_us, want_state)
+        return decode(reply, checks)
+
+    async def _eval(
+        self,
+        mode: Mode,
+        checks: Sequence[Check],
+        storage_keys: Sequence[str],
+        now_us: int | None,
+        want_state: bool = False,
+    ) -> Any:
+        keys = list(storage_keys)
+        _, args = encode(
+            mode, checks, lambda c: "", now_us=now_us, want_state=want_state,
+            ttl_margin_ms=self._ttl_margin_ms,
+        )  # fmt: skip
+        try:
+            return await self._client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)  # type: ignore[misc]
+        except NoScriptError:
+            # After a restart or SCRIPT FLUSH: EVAL runs the script and caches it again.
+            return await self._client.eval(SCRIPT, len(keys), *keys, *args)  # type: ignore[misc]
+
+    async def _run_across_slots(
+        self,
+        mode: Mode,
+        checks: Sequence[Check],
+        storage_keys: Sequence[str],
+        now_us: int | None,
+    ) -> tuple[int, list[Outcome], None]:
+        """Checks on several Cluster slots: check everywhere, then commit slot by slot.
+
+        One script cannot span slots, so all-or-nothing is kept by a peek of every slot
+        (in parallel), then a hit per slot in slot order; if a slot denies in between (a
+        concurrent request took the last unit), the slots already committed are refunded.
+        """
+        groups: dict[int, list[int]] = {}
+        for index, key in enumerate(storage_keys):
+            groups.setdefault(self._client.keyslot(key), []).append(index)  # type: ignore[union-attr]
+        ordered = [groups[slot] for slot in sorted(groups)]
+
+        async def run(group: list[int], group_mode: Mode, at: int | None) -> tuple[int, Any]:
+            sub = [checks[i] for i in group]
+            reply = await self._eval(group_mode, sub, [storage_keys[i] for i in group], at)
+            now, outcomes, _ = decode(reply, sub)
+            return now, outcomes
+
+        outcomes: list[Outcome | None] = [None] * len(checks)
+        peeks = await asyncio.gather(*(run(group, "peek", now_us) for group in ordered))
+        for group, (_, group_outcomes) in zip(ordered, peeks, strict=True):
+            for i, outcome in zip(group, group_outcomes, strict=True):
+                outcomes[i] = outcome
+        last_now = max(now for now, _ in peeks)
+        if mode == "peek" or not all(o is not None and o.allowed for o in outcomes):
+            return last_now, [o for o in outcomes if o is not None], None
+        committed: list[tuple[list[int], int]] = []
+        for group in ordered:
+            now, group_outcomes = await run(group, "hit", now_us)
+            for i, outcome in zip(group, group_outcomes, strict=True):
+                outcomes[i] = outcome
+            if not all(o.allowed for o in group_outcomes):
+                for done, at in committed:
+                    await self._eval("refund", [checks[i] for i in done],
+                                     [storage_keys[i] for i in done], at)  # fmt: skip
+                break
+            committed.append((group, now))
+        return last_now, [o for o in outcomes if o is not None], None
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -1,0 +1,113 @@
+"""The FastAPI dependency: ``Depends(limiter.limit("2/minute"))`` on any route.
+
+    @app.get("/export", dependencies=[Depends(limiter.limit("2/minute", cost=1))])
+    async def export(): ...
+
+The handler needs no ``request`` parameter. On success the rate-limit headers are set on the
+response; on denial FastAPI answers 429 with ``Retry-After``, the headers and the same
+``application/problem+json`` body as the middleware, with no exception handler to install.
+"""
+
+# No ``from __future__ import annotations`` here: FastAPI reads the annotations of
+# ``RateLimitDependency.__call__`` at runtime, and an instance has no ``__globals__`` to
+# resolve string annotations against.
+
+from typing import TYPE_CHECKING, Any
+
+# Starlette's classes: FastAPI injects them alike, and its HTTPException handler is
+# registered for Starlette's HTTPException, so this module needs no FastAPI import.
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .decision import Decision
+from .decorators import CostLike, EndpointKey, EndpointLimit
+from .errors import RateLimitExceeded
+from .rates import LimitsLike
+
+if TYPE_CHECKING:
+    from .limiter import FailurePolicy, RateLimiter
+
+__all__ = ["RateLimitDependency", "RateLimitHTTPException"]
+
+_BODY_HEADERS = frozenset({"content-length", "content-type"})
+
+
+class RateLimitHTTPException(HTTPException, RateLimitExceeded):
+    """Raised by the dependency on denial; FastAPI turns it into the limiter's 429.
+
+    It is an ``HTTPException`` (so even an app whose exception handling this package cannot
+    reach answers 429 with ``Retry-After`` and the headers) and a `RateLimitExceeded` (so a
+    handler you register for `RateLimitExceeded` decides the response instead).
+    """
+
+    def __init__(self, decision: Decision, response: Response) -> None:
+        # The fallback response FastAPI's own handler builds keeps the status and headers.
+        headers = {k: v for k, v in response.headers.items() if k not in _BODY_HEADERS}
+        detail = "Forbidden" if response.status_code == 403 else "Too Many Requests"
+        HTTPException.__init__(self, response.status_code, detail, headers)
+        self.decision = decision
+        self.response = response
+
+
+async def _problem_response(request: Request, exc: Exception) -> Response:
+    if not isinstance(exc, RateLimitHTTPException):  # pragma: no cover - registered for it only
+        raise exc
+    return exc.response
+
+
+def _install_handler(request: Request) -> None:
+    """Make the app answer `RateLimitHTTPException` with the problem+json 429, once per app.
+
+    FastAPI looks handlers up along the exception's MRO, and ``HTTPException`` comes before
+    `RateLimitExceeded` there: without this, FastAPI's own ``{"detail": ...}`` handler would
+    win. Starlette's ``ExceptionMiddleware`` exposes its live handler table in the scope; an
+    entry added there applies to this request already. A handler the user registered for
+    `RateLimitHTTPException` or `RateLimitExceeded` is kept.
+    """
+    tables = request.scope.get("starlette.exception_handlers")
+    if not isinstance(tables, tuple) or not tables or not isinstance(tables[0], dict):
+        return  # no ExceptionMiddleware: FastAPI's HTTPException handling still gives a 429
+    handlers: dict[Any, Any] = tables[0]
+    if RateLimitHTTPException not in handlers:
+        handlers[RateLimitHTTPException] = handlers.get(RateLimitExceeded, _problem_response)
+
+
+class RateLimitDependency(EndpointLimit):
+    """A FastAPI dependency counting each request of a route against ``limits``.
+
+        export_limit = limiter.limit("2/minute", cost=1, key="identity")
+
+        @app.get("/export", dependencies=[Depends(export_limit)])
+        async def export(): ...
+
+        @app.get("/report")
+        async def report(decision: Decision = Depends(limiter.limit("10/hour"))):
+            return {"left": decision.remaining}
+
+    ``cost`` may be a function of the request (sync or async). The `Decision` is also on
+    ``request.state.rate_limit``.
+    """
+
+    def __init__(
+        self,
+        limiter: "RateLimiter",
+        limits: LimitsLike,
+        *,
+        cost: CostLike = 1,
+        key: EndpointKey = "identity",
+        name: str | None = None,
+        on_backend_error: "FailurePolicy | None" = None,
+    ) -> None:
+        super().__init__(
+            limiter, limits, cost=cost, key=key, name=name, on_backend_error=on_backend_error
+        )
+
+    async def __call__(self, request: Request, response: Response) -> Decision:
+        verdict = await self.check(request)
+        denial = self.respond(verdict, request)
+        if denial is not None:
+            _install_handler(request)
+            raise RateLimitHTTPException(verdict.decision, denial)
+        self.add_headers(response, request)
+        return verdict.decision

@@ -1,0 +1,113 @@
+"""The responses the limiter answers with: 429 (and 403) as RFC 9457 problem details.
+
+The 429 uses the problem type that draft-ietf-httpapi-ratelimit-headers defines,
+``https://iana.org/assignments/http-problem-types#quota-exceeded``, whose extension member
+``violated-policies`` lists the policies that refused the request::
+
+    HTTP/1.1 429 Too Many Requests
+    Retry-After: 48
+    Content-Type: application/problem+json
+
+    {"type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+     "title": "Too Many Requests", "status": 429,
+     "detail": "Rate limit 'login' exceeded: retry in 48 seconds.",
+     "violated-policies": ["login"]}
+
+    status, headers, body = denied_parts(decision, "both")   # pure ASGI pieces
+    await send_http(send, status, headers, body)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from .headers import raw_headers
+
+if TYPE_CHECKING:
+    from starlette.responses import Response
+
+    from .decision import Decision, HeaderStyle
+
+__all__ = [
+    "QUOTA_EXCEEDED",
+    "denied_parts",
+    "forbidden_parts",
+    "problem_body",
+    "send_http",
+    "starlette_denied_response",
+]
+
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+PROBLEM_JSON = b"application/problem+json"
+
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+RawHeaders = list[tuple[bytes, bytes]]
+
+# The 403 never varies: built once.
+_FORBIDDEN_BODY = json.dumps(
+    {
+        "type": "about:blank",
+        "title": "Forbidden",
+        "status": 403,
+        "detail": "Access denied.",
+    },
+    separators=(",", ":"),
+).encode()
+
+
+def problem_body(decision: Decision) -> bytes:
+    """The problem+json body of a 429 for ``decision``."""
+    violated = [policy.name for policy in decision.policies if not policy.allowed]
+    retry = decision.retry_after_header
+    if retry is None:
+        detail = (
+            f"Rate limit {decision.policy!r} exceeded: this request costs more than the limit "
+            "allows at once and can never pass."
+        )
+    else:
+        unit = "second" if retry == 1 else "seconds"
+        detail = f"Rate limit {decision.policy!r} exceeded: retry in {retry} {unit}."
+    problem = {
+        "type": QUOTA_EXCEEDED,
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": detail,
+        "violated-policies": violated,
+    }
+    return json.dumps(problem, separators=(",", ":")).encode()
+
+
+def denied_parts(decision: Decision, style: HeaderStyle) -> tuple[int, RawHeaders, bytes]:
+    """Status, raw headers and body of the 429 for ``decision``."""
+    body = problem_body(decision)
+    # raw_headers always carries Retry-After on a denial, even with style "none".
+    return 429, [*_content_headers(body), *raw_headers(decision, style)], body
+
+
+def forbidden_parts() -> tuple[int, RawHeaders, bytes]:
+    """Status, raw headers and body of the 403 for a deny-listed client."""
+    return 403, _content_headers(_FORBIDDEN_BODY), _FORBIDDEN_BODY
+
+
+async def send_http(send: Send, status: int, headers: RawHeaders, body: bytes) -> None:
+    """Send a whole HTTP response through an ASGI ``send``."""
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def starlette_denied_response(decision: Decision, style: HeaderStyle) -> Response:
+    """The 429 as a Starlette ``Response`` (for the dependency and the decorator)."""
+    from starlette.responses import Response
+
+    status, headers, body = denied_parts(decision, style)
+    response = Response(body, status_code=status, media_type=PROBLEM_JSON.decode())
+    for name, value in headers:
+        if name not in (b"content-type", b"content-length"):
+            response.headers.append(name.decode("latin-1"), value.decode("latin-1"))
+    return response
+
+
+def _content_headers(body: bytes) -> RawHeaders:
+    return [(b"content-type", PROBLEM_JSON), (b"content-length", str(len(body)).encode())]

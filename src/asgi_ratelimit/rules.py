@@ -1,0 +1,304 @@
+"""`Rule`: which requests a set of limits applies to, and whose budget they count against.
+
+Paths are Starlette-style templates (``/items/{id}``, ``/api/{path:path}``, ``{id:int}``) or
+globs (``/api/*``), matched against the normalized request path (see `paths`). Everything is
+validated and compiled once, at construction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Literal, get_args
+
+from .errors import ConfigurationError
+from .identity.base import Scope
+from .rates import Limit, LimitsLike, parse_limits
+
+__all__ = [
+    "FAILURE_POLICIES",
+    "CostLike",
+    "FailurePolicy",
+    "Rule",
+    "RuleKey",
+    "TieredLimits",
+    "validate_cost",
+    "validate_failure_policy",
+]
+
+FailurePolicy = Literal["allow", "deny", "fallback"]
+FAILURE_POLICIES: tuple[str, ...] = get_args(FailurePolicy)
+
+RuleKey = Literal["identity", "ip", "global", "path"]
+RULE_KEYS: tuple[str, ...] = get_args(RuleKey)
+
+CostLike = float | Callable[[Scope], float | Awaitable[float]]
+TieredLimits = Mapping[str, LimitsLike | None]
+
+# Starlette's convertors, as regexes over the normalized (lower-case) path.
+_CONVERTORS = {
+    "str": r"[^/]+",
+    "path": r".*",
+    "int": r"[0-9]+",
+    "float": r"[0-9]+(?:\.[0-9]+)?",
+    "uuid": r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+}
+_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([A-Za-z_]+))?\}")
+_METHOD = re.compile(r"^[A-Za-z]{1,20}$")
+# Paths longer than this are stored by digest so a client cannot grow storage keys at will.
+_MAX_KEY_PATH = 128
+
+
+class Rule:
+    """Limits for the requests whose method and normalized path match.
+
+        Rule("/auth/login", methods=["POST"], limits="5/minute", key="ip")
+        Rule("/search", limits=["10/second", "1000/day"])
+        Rule("/api/{path:path}", limits={"free": "60/minute", "premium": "600/minute"})
+        Rule("/export/*", limits="10/hour", cost=lambda scope: 5, stop=True)
+
+    ``key`` picks whose budget counts: ``"identity"`` (default: per rule and identity, so
+    ``/items/{id}`` is one budget whatever the id), ``"path"`` (per identity and concrete
+    path), ``"ip"`` (per client IP whatever the identity) or ``"global"`` (one for everyone).
+    ``limits`` is a limit, a list, or a dict tier -> limits (``None`` for unlimited).
+    A glob ``*`` matches any characters, ``/`` included; a trailing ``/*`` or ``/{p:path}``
+    also matches the bare prefix (``/api/*`` matches ``/api``). HEAD matches rules for GET.
+    """
+
+    __slots__ = (
+        "_pattern",
+        "cost",
+        "key",
+        "methods",
+        "name",
+        "on_backend_error",
+        "path",
+        "stop",
+        "tiers",
+    )
+
+    path: str
+    methods: frozenset[str] | None
+    name: str
+    key: RuleKey
+    cost: CostLike
+    stop: bool
+    on_backend_error: FailurePolicy | None
+    #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
+    tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
+
+    def __init__(
+        self,
+        path: str,
+        methods: Iterable[str] | str | None = None,
+        *,
+        limits: LimitsLike | TieredLimits,
+        name: str | None = None,
+        key: RuleKey = "identity",
+        cost: CostLike = 1,
+        stop: bool = False,
+        on_backend_error: FailurePolicy | None = None,
+    ) -> None:
+        self.path = path
+        self._pattern = _compile_path(path)
+        self.methods = _parse_methods(path, methods)
+        self.name = _rule_name(path, self.methods, name)
+        if key not in RULE_KEYS:
+            raise ConfigurationError(
+                f"rule {self.name!r}: key={key!r} is unknown (use 'identity', 'ip', 'global' "
+                "or 'path')"
+            )
+        self.key = key
+        self.cost = cost if callable(cost) else validate_cost(cost, f"rule {self.name!r}: ")
+        if not isinstance(stop, bool):
+            raise ConfigurationError(f"rule {self.name!r}: stop={stop!r} must be True or False")
+        self.stop = stop
+        self.on_backend_error = (
+            None
+            if on_backend_error is None
+            else validate_failure_policy(on_backend_error, f"rule {self.name!r}: on_backend_error")
+        )
+        self.tiers = self._parse_tiers(limits)
+
+    def _parse_tiers(
+        self, limits: LimitsLike | TieredLimits
+    ) -> dict[str | None, tuple[tuple[str, Limit], ...]]:
+        try:
+            if isinstance(limits, Mapping):
+                if not limits:
+                    raise ConfigurationError(
+                        "limits {}: empty (give at least one tier, e.g. {'free': '60/minute'})"
+                    )
+                tiers: dict[str | None, tuple[tuple[str, Limit], ...]] = {}
+                for tier, tier_limits in limits.items():
+                    if not isinstance(tier, str) or not tier:
+                        raise ConfigurationError(
+                            f"limits: tier {tier!r} must be a non-empty string such as 'free'"
+                        )
+                    parsed = () if tier_limits is None else parse_limits(tier_limits)
+                    tiers[tier] = self._named(parsed)
+                return tiers
+            return {None: self._named(parse_limits(limits))}
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"rule {self.name!r}: {exc}") from None
+
+    def _named(self, limits: tuple[Limit, ...]) -> tuple[tuple[str, Limit], ...]:
+        # One policy name per limit: the rule's name, qualified by the rate when it has several
+        # (the RateLimit header needs one distinct name per item).
+        if len(limits) == 1:
+            return ((self.name, limits[0]),)
+        return tuple((f"{self.name} {limit.text}", limit) for limit in limits)
+
+    # -- per request -------------------------------------------------------------------------
+
+    def matches(self, method: str, path: str) -> bool:
+        """True when the rule applies to ``method`` (upper case) on a *normalized* ``path``."""
+        if self.methods is not None:
+            if method == "HEAD":
+                method = "GET"
+            if method not in self.methods:
+                return False
+        return self._pattern.match(path) is not None
+
+    def limits_for(self, tier: str | None, default_tier: str) -> tuple[tuple[str, Limit], ...]:
+        """The named limits for an identity's tier (the default tier's when it has none)."""
+        if None in self.tiers:
+            return self.tiers[None]
+        found = self.tiers.get(tier) if tier is not None else None
+        return found if found is not None else self.tiers.get(default_tier, ())
+
+    def budget_key(self, identity_key: str, ip_key: str, path: str) -> str:
+        """The storage key of this rule's budget for one request."""
+        if self.key == "global":
+            who = "*"
+        elif self.key == "ip":
+            who = ip_key
+        elif self.key == "path":
+            if len(path) > _MAX_KEY_PATH:
+                path = "#" + hashlib.sha256(path.encode("utf-8", "replace")).hexdigest()[:32]
+            who = f"{identity_key}|{path}"
+        else:
+            who = identity_key
+        return f"rule:{self.name}|{who}"
+
+    async def cost_for(self, scope: Scope) -> float:
+        """The request's cost: the static number, or what the cost callable answers."""
+        if not callable(self.cost):
+            return self.cost
+        value = self.cost(scope)
+        if inspect.isawaitable(value):
+            value = await value
+        return validate_cost(value, f"rule {self.name!r}: cost callable returned: ")
+
+    def __repr__(self) -> str:
+        return f"Rule({self.path!r}, name={self.name!r}, key={self.key!r})"
+
+
+def _compile_path(path: object) -> re.Pattern[str]:
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ConfigurationError(
+            f"rule path {path!r}: must be a string starting with '/' (e.g. '/items/{{id}}')"
+        )
+    for bad in (";", "\\", "\x00"):
+        if bad in path:
+            raise ConfigurationError(
+                f"rule path {path!r}: {bad!r} is not allowed (rules match the normalized path, "
+                "where it never appears)"
+            )
+    segments = path.split("/")
+    if any(segment in (".", "..") for segment in segments):
+        raise ConfigurationError(
+            f"rule path {path!r}: '.' and '..' segments are not allowed (write the resolved path)"
+        )
+    # Normalize like request paths: no empty segments, no trailing slash, lower case.
+    template = "/" + "/".join(segment for segment in segments if segment)
+    regex: list[str] = []
+    names: set[str] = set()
+    position = 0
+    for param in _PARAM.finditer(template):
+        regex.append(_glob(template[position : param.start()], path))
+        name, convertor = param.group(1), param.group(2) or "str"
+        if convertor not in _CONVERTORS:
+            raise ConfigurationError(
+                f"rule path {path!r}: unknown convertor {convertor!r} in {param.group(0)!r} "
+                f"(use one of {', '.join(_CONVERTORS)})"
+            )
+        if name in names:
+            raise ConfigurationError(f"rule path {path!r}: parameter {name!r} appears twice")
+        names.add(name)
+        regex.append(_CONVERTORS[convertor])
+        position = param.end()
+    regex.append(_glob(template[position:], path))
+    pattern = "".join(regex)
+    if pattern.endswith("/.*"):
+        # "/api/*" and "/api/{p:path}" also cover "/api" (which "/api/" normalizes to).
+        pattern = pattern[: -len("/.*")] + "(?:/.*)?"
+    return re.compile(f"^{pattern}$", re.DOTALL)
+
+
+def _glob(literal: str, path: str) -> str:
+    if "{" in literal or "}" in literal:
+        raise ConfigurationError(
+            f"rule path {path!r}: malformed parameter near {literal!r} (write '{{name}}' or "
+            "'{name:convertor}')"
+        )
+    out: list[str] = []
+    for char in literal.lower():
+        if char == "*":
+            out.append(".*")
+        elif char == "?":
+            out.append("[^/]")
+        else:
+            out.append(re.escape(char))
+    return "".join(out)
+
+
+def _parse_methods(path: str, methods: Iterable[str] | str | None) -> frozenset[str] | None:
+    if methods is None:
+        return None
+    items = [methods] if isinstance(methods, str) else list(methods)
+    if not items:
+        raise ConfigurationError(
+            f"rule {path!r}: methods=[] matches nothing (give methods such as ['POST'], or None "
+            "for every method)"
+        )
+    parsed: set[str] = set()
+    for method in items:
+        if not isinstance(method, str) or not _METHOD.match(method):
+            raise ConfigurationError(
+                f"rule {path!r}: method {method!r} is not an HTTP method name such as 'GET'"
+            )
+        upper = method.upper()
+        parsed.add("GET" if upper == "HEAD" else upper)  # HEAD shares GET's budget
+    return frozenset(parsed)
+
+
+def _rule_name(path: str, methods: frozenset[str] | None, name: str | None) -> str:
+    if name is None:
+        return path if methods is None else f"{','.join(sorted(methods))} {path}"
+    if not isinstance(name, str) or not name or not all(" " <= c <= "~" for c in name):
+        raise ConfigurationError(
+            f"rule {path!r}: name={name!r} must be a non-empty string of printable ASCII "
+            "(it is sent in the RateLimit headers), e.g. 'login'"
+        )
+    return name
+
+
+def validate_cost(cost: object, context: str = "") -> float:
+    """A cost is a finite number >= 0 (0 consumes nothing); anything else is refused."""
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        raise ConfigurationError(f"{context}cost={cost!r}: must be a number >= 0 (e.g. 1)")
+    if not math.isfinite(cost) or cost < 0:
+        raise ConfigurationError(f"{context}cost={cost!r}: must be a finite number >= 0 (e.g. 1)")
+    return cost
+
+
+def validate_failure_policy(value: object, what: str) -> FailurePolicy:
+    if value not in FAILURE_POLICIES:
+        raise ConfigurationError(
+            f"{what}={value!r}: unknown failure policy (use 'allow', 'deny' or 'fallback')"
+        )
+    return value  # type: ignore[return-value]

@@ -1,0 +1,121 @@
+"""Sliding window counter: the previous window weighted by its overlap, rounded down."""
+
+from __future__ import annotations
+
+import time
+
+from asgi_ratelimit.algorithms import DECIDERS
+from asgi_ratelimit.rates import Limit
+
+from .driver import INF, T0, Row, play
+
+TEN = Limit("10/minute")  # the default algorithm
+P = 60  # seconds
+
+
+def test_is_the_default_algorithm() -> None:
+    assert TEN.algorithm == "sliding_window_counter"
+
+
+def test_the_cloudflare_worked_example() -> None:
+    # 50/minute; 42 requests in the previous minute, 18 in this one, 15 s into it: the
+    # estimate is 18 + 42 * 45/60 = 49.5, rounded down to 49, so one more request passes.
+    fifty = Limit("50/minute")
+    play(
+        fifty,
+        [
+            # Previous window, 30 s in. Fully restored once the next window's weighted
+            # 42 * (60 - e) / 60 drops below 1: e > 58.571428 s, 88.571429 s from now.
+            Row(-P + 30, 42, True, 8, 88.571429),
+            # 0 + floor(31.5) + 18 = 49 <= 50. Restored when 18 * (60 - e) / 60 < 1 next window.
+            Row(15, 18, True, 1, 45 + 56.666667),
+            Row(15, 1, True, 0, 45 + 56.842106),
+            # Now 19 + 31 = 50: full until 42 * (60 - e) / 60 < 31, e > 15.714285 s.
+            Row(15, 1, False, 0, 45 + 56.842106, 0.714286),
+        ],
+    )
+
+
+def test_estimates_retry_and_reset_across_two_windows() -> None:
+    play(
+        TEN,
+        [
+            # Window W-1 (30 s in): 10 admitted; zero again once 10*(60-e)/60 < 1 in W.
+            Row(-30, 10, True, 0, 30 + 54.000001),
+            # W at 0 s: floor(10 * 60/60) = 10, full. One microsecond later it is 9.
+            Row(0, 1, False, 0, 54.000001, 0.000001),
+            Row(0.000001, 1, True, 0, 59.999999 + 0.000001),
+            # 1 + floor(10 * 59/60) = 10: a cost of 5 needs the weighted part down to 4,
+            # i.e. 10*(60-e)/60 < 5: e > 30 s.
+            Row(1, 5, False, 0, 59.000001, 29.000001),
+            # 1 + floor(10 * 29.999999/60) = 5; then 6 in W: restored at e > 50 s in W+1.
+            Row(30.000001, 5, True, 0, 29.999999 + 50.000001),
+            # Exactly at the next boundary W's 6 become the previous count: 6 + 1 <= 10.
+            Row(60, 1, True, 3, 60.000001),
+            # 1 + floor(6 * 53.999999/60) = 6.
+            Row(66.000001, 1, True, 3, 53.999999 + 30.000001),
+        ],
+    )
+
+
+def test_the_weighted_previous_count_is_rounded_down() -> None:
+    # previous = 3, 40 s into the next window: 3 * 20/60 = 1.0 -> 1; at 40.000001 s -> 0.
+    three = Limit("3/minute")
+    play(
+        three,
+        [
+            Row(-P, 3, True, 0, 60 + 40.000001),
+            Row(40, 3, False, 2, 0.000001, 0.000001),
+            Row(40.000001, 3, True, 0, 19.999999 + 40.000001),
+        ],
+    )
+
+
+def test_cost_larger_than_the_limit_cost_zero_and_fractions() -> None:
+    play(
+        TEN,
+        [
+            Row(0, 11, False, 10, 0, INF),
+            Row(0, 0, True, 10, 0),
+            # 2.5 * (60 - e) / 60 < 1 from e > 36 s of the next window.
+            Row(0, 2.5, True, 7.5, 60 + 36.000001),
+            Row(10, 7.5, True, 0, 50 + 54.000001),
+            Row(10, 0, True, 0, 50 + 54.000001),
+            Row(10, 0.5, False, 0, 50 + 54.000001, 50.000001),
+            # Next window, 10 s in: floor(10 * 50/60) = 8; 0.5 more fits, 2.5 would not until
+            # floor(10 * (60 - e)/60) <= 7, e > 12 s.
+            Row(70, 2.5, False, 2, 44.000001, 2.000001),
+            # floor(0.5 * anything / 60) is 0 in the next window: restored at its start.
+            Row(70, 0.5, True, 1.5, 50),
+        ],
+    )
+
+
+def test_a_fractional_allowance_answers_quickly_and_exactly() -> None:
+    # Regression: with a fractional cost the closed-form guess was a quarter of a window
+    # early and the search walked there one microsecond at a time (hours for a daily limit).
+    two = Limit("2/day")
+    decide = DECIDERS[two.algorithm]
+    day_us = 86_400_000_000
+    prev = decide(None, T0 * 1_000_000, two, 2).state
+    now = T0 * 1_000_000 + day_us
+    started = time.perf_counter()
+    denied = decide(prev, now, two, 1.5)
+    elapsed = time.perf_counter() - started
+    # floor(2 * (P - e) / P) <= 0.5 first holds at e = P/2 + 1 us.
+    assert (denied.allowed, denied.retry_us) == (False, day_us // 2 + 1)
+    assert decide(prev, now + denied.retry_us, two, 1.5).allowed
+    assert not decide(prev, now + denied.retry_us - 1, two, 1.5).allowed
+    assert elapsed < 1.0  # guards against the walk, not a timing benchmark
+
+
+def test_a_very_long_idle_period_and_huge_timestamps() -> None:
+    play(TEN, [Row(0, 10, True, 0, 114.000001), Row(10 * 365 * 86400, 10, True, 0, 114.000001)])
+    play(
+        TEN,
+        [
+            Row(59.999999, 10, True, 0, 0.000001 + 54.000001),
+            Row(60, 1, False, 0, 54.000001, 0.000001),
+        ],
+        start=253_402_300_800,
+    )

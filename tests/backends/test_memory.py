@@ -1,0 +1,218 @@
+"""`MemoryBackend`: exact under asyncio and threads, bounded, and honest about expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from asgi_ratelimit import ConfigurationError, Limit, MemoryBackend
+from asgi_ratelimit.backends import Backend, Check
+from asgi_ratelimit.clock import monotonic_epoch_clock
+from asgi_ratelimit.rates import ALGORITHM_NAMES
+from tests.conftest import FakeClock
+
+ALGORITHMS = pytest.mark.parametrize("algorithm", ALGORITHM_NAMES)
+
+
+def five(algorithm: str) -> Limit:
+    return Limit("5/minute", algorithm=algorithm)  # type: ignore[arg-type]
+
+
+@ALGORITHMS
+async def test_a_thousand_concurrent_hits_admit_exactly_five(
+    algorithm: str, clock: FakeClock
+) -> None:
+    backend = MemoryBackend(clock=clock)
+    limit = five(algorithm)
+    results = await asyncio.gather(*(backend.hit([Check("k", limit)]) for _ in range(1000)))
+    assert sum(outcomes[0].allowed for outcomes in results) == 5
+    assert [o[0].remaining for o in results if o[0].allowed] == [4, 3, 2, 1, 0]
+
+
+@pytest.fixture
+def busy_switching() -> Iterator[None]:
+    # Switch threads as often as possible so that any unlocked read-modify-write would race.
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(previous)
+
+
+@ALGORITHMS
+@pytest.mark.usefixtures("busy_switching")
+def test_threads_hammering_one_key_admit_exactly_the_limit(algorithm: str) -> None:
+    # A clock that moves one microsecond per reading: time passes while threads race, far
+    # too little to refill anything on a 5/minute limit.
+    ticks = itertools.count(1_699_920_000_000_000 + 1_000_000)
+    lock = threading.Lock()
+
+    def clock() -> float:
+        with lock:
+            return next(ticks) / 1_000_000
+
+    backend = MemoryBackend(clock=clock)
+    # A large limit keeps the threads admitting (and racing) for most of the run.
+    limit = Limit("1000/minute", algorithm=algorithm)  # type: ignore[arg-type]
+    admitted: list[int] = []
+
+    def worker() -> None:
+        async def burst() -> int:
+            outcomes = [await backend.hit([Check("k", limit)]) for _ in range(300)]
+            return sum(o[0].allowed for o in outcomes)
+
+        admitted.append(asyncio.run(burst()))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(admitted) == 8
+    assert sum(admitted) == 1000
+
+
+@ALGORITHMS
+async def test_all_or_nothing_across_limits_and_keys(algorithm: str, clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock)
+    small = Limit("2/minute", algorithm=algorithm)  # type: ignore[arg-type]
+    large = five(algorithm)
+    checks = [Check("user", large), Check("ip", small)]
+    assert [o.allowed for o in await backend.hit(checks)] == [True, True]
+    assert [o.allowed for o in await backend.hit(checks)] == [True, True]
+    denied = await backend.hit(checks)
+    assert [o.allowed for o in denied] == [True, False]
+    # The allowed check of the denied request consumed nothing.
+    left = await backend.peek([Check("user", large, 0)])
+    assert left[0].remaining == 3
+
+
+async def test_the_same_key_and_limit_twice_in_one_call_counts_twice(clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock)
+    limit = Limit("5/minute", algorithm="fixed_window")
+    twice = [Check("k", limit, 2), Check("k", limit, 2)]
+    assert [o.remaining for o in await backend.hit(twice)] == [3, 1]
+    second = await backend.hit([Check("k", limit, 1), Check("k", limit, 1)])
+    assert [(o.allowed, o.remaining) for o in second] == [(True, 0), (False, 0)]
+    # Denied as a whole: the first check's unit was not kept, so one more still fits.
+    last = await backend.hit([Check("k", limit, 1)])
+    assert [(o.allowed, o.remaining) for o in last] == [(True, 0)]
+
+
+async def test_peek_stores_nothing_and_cost_zero_creates_no_key(clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock)
+    limit = Limit("5/minute")
+    for _ in range(10):
+        assert (await backend.peek([Check("k", limit, 3)]))[0].remaining == 2
+    await backend.hit([Check("k", limit, 0)])
+    assert len(backend) == 0
+    await backend.hit([Check("k", limit, 3)])
+    assert len(backend) == 1
+
+
+async def test_reset_one_limit_all_limits_and_only_that_key(clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock)
+    a, b = Limit("1/minute"), Limit("1/hour", algorithm="token_bucket")
+    # "a\x1fb" shares a prefix with "a" plus the separator: resetting "a" must not touch it.
+    for key in ("a", "b", "a\x1fb", "ab"):
+        await backend.hit([Check(key, a), Check(key, b)])
+    assert len(backend) == 8
+    await backend.reset("a", [a])
+    assert len(backend) == 7
+    assert (await backend.hit([Check("a", a)]))[0].allowed
+    assert not (await backend.hit([Check("a", b)]))[0].allowed
+    await backend.reset("a")
+    assert len(backend) == 6
+    assert [(await backend.peek([Check(k, a)]))[0].allowed for k in ("b", "a\x1fb", "ab")] == [
+        False,
+        False,
+        False,
+    ]
+    assert (await backend.peek([Check("a", b)]))[0].allowed
+
+
+async def test_memory_is_bounded_by_max_keys_least_recently_used_first(clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock, max_keys=100)
+    limit = Limit("1/hour", algorithm="fixed_window")
+    await backend.hit([Check("busy", limit)])
+    for i in range(10_000):
+        await backend.hit([Check(f"flood-{i}", limit)])
+        if i % 50 == 0:
+            # A key that keeps being used (here: denied) is not idle: the flood cannot reset it.
+            assert not (await backend.hit([Check("busy", limit)]))[0].allowed
+        assert len(backend) <= 100
+    assert len(backend) == 100
+    assert not (await backend.hit([Check("busy", limit)]))[0].allowed
+    assert not (await backend.hit([Check("flood-9999", limit)]))[0].allowed
+    # The oldest flood keys were evicted: they start over with a full quota.
+    assert (await backend.hit([Check("flood-0", limit)]))[0].allowed
+
+
+async def test_expired_keys_are_swept_before_anything_is_evicted(clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock, max_keys=1000)
+    short = Limit("1/second", algorithm="fixed_window")
+    long = Limit("1/day", algorithm="fixed_window")
+    clock.now = 1_699_920_000.5
+    for i in range(10):
+        await backend.hit([Check(f"short-{i}", short)])
+    assert len(backend) == 10
+    clock.advance(5)
+    for i in range(10):
+        await backend.hit([Check(f"new-{i}", long)])
+    # Every write sweeps the oldest expired entries: the ten short-lived keys are gone.
+    assert len(backend) == 10
+
+
+@ALGORITHMS
+async def test_expired_state_answers_like_no_state(algorithm: str, clock: FakeClock) -> None:
+    used, fresh = MemoryBackend(clock=clock), MemoryBackend(clock=clock)
+    limit = five(algorithm)
+    outcomes = await used.hit([Check("k", limit, 5)])
+    clock.advance(outcomes[0].ttl_us / 1_000_000)
+    for cost in (5, 1, 1, 6, 0, 3):
+        assert await used.hit([Check("k", limit, cost)]) == await fresh.hit(
+            [Check("k", limit, cost)]
+        )
+
+
+async def test_a_clock_that_steps_back_cannot_reopen_a_window(clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock)
+    limit = Limit("5/minute", algorithm="fixed_window")
+    clock.now = 1_699_920_060.5  # just into a window
+    assert (await backend.hit([Check("k", limit, 5)]))[0].allowed
+    clock.now = 1_699_920_059.5  # a wall clock stepped back into the previous window
+    outcome = (await backend.hit([Check("k", limit)]))[0]
+    assert (outcome.allowed, outcome.retry_us) == (False, 59_500_000)
+
+
+async def test_the_clock_is_read_in_seconds_to_the_microsecond(clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock)
+    limit = Limit("1/second", algorithm="token_bucket")
+    clock.now = 1_000.000001
+    await backend.hit([Check("k", limit)])
+    clock.now = 1_000.5
+    assert (await backend.hit([Check("k", limit)]))[0].retry_us == 500_001
+
+
+async def test_default_clock_lifecycle_and_protocol() -> None:
+    backend = MemoryBackend()
+    assert isinstance(backend, Backend)
+    assert abs(monotonic_epoch_clock() - __import__("time").time()) < 5
+    async with backend as entered:
+        assert entered is backend
+        assert (await backend.hit([Check("k", Limit("1/day"))]))[0].allowed
+        assert repr(backend) == "MemoryBackend(keys=1, max_keys=1000000)"
+        await backend.clear()
+        assert len(backend) == 0
+        await backend.hit([Check("k", Limit("1/day"))])
+    assert len(backend) == 0  # closing forgets everything
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "10"])
+def test_max_keys_must_be_a_positive_int(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match=r"MemoryBackend\(max_keys=.*\): must be an int"):
+        MemoryBackend(max_keys=bad)  # type: ignore[arg-type]

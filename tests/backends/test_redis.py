@@ -1,0 +1,227 @@
+"""RedisBackend against a real server: URLs, keys and TTLs, server time, the deny cache."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from asgi_ratelimit.backends.base import Check
+from asgi_ratelimit.backends.memory import MemoryBackend
+from asgi_ratelimit.backends.redis import RedisBackend
+from asgi_ratelimit.errors import ConfigurationError
+from asgi_ratelimit.rates import Limit
+from tests.backends.conftest import RedisServer
+from tests.conftest import FakeClock
+
+pytestmark = pytest.mark.redis
+
+ALL_ALGORITHMS = [
+    Limit("5/minute", algorithm="fixed_window"),
+    Limit("5/minute", algorithm="sliding_window_log"),
+    Limit("5/minute"),
+    Limit("5/minute", algorithm="token_bucket"),
+    Limit("5/minute", algorithm="gcra"),
+    Limit("5/minute", algorithm="leaky_bucket"),
+]
+
+
+@pytest.fixture
+async def backend(redis_url: str, prefix: str, clock: FakeClock) -> AsyncIterator[RedisBackend]:
+    async with RedisBackend.from_url(redis_url, prefix=prefix, clock=clock, timeout=2.0) as b:
+        yield b
+
+
+async def _evalsha_calls(client: aioredis.Redis) -> int:
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0)) + int(
+        stats.get("cmdstat_eval", {}).get("calls", 0)
+    )
+
+
+# -- construction ------------------------------------------------------------------------
+
+
+def test_import_without_redis_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['redis'] = None; sys.modules['redis.asyncio'] = None\n"
+        "try:\n    import asgi_ratelimit.backends.redis\n"
+        "except ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == 'RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"'
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"prefix": "rl{x}:"}, "without '{' or '}'"),
+        ({"timeout": 0}, "timeout=0"),
+        ({"failure_threshold": 0}, "failure_threshold=0"),
+        ({"cooldown": -1}, "cooldown=-1"),
+    ],
+)
+async def test_bad_options_raise_at_construction(kwargs: dict[str, object], message: str) -> None:
+    client = aioredis.Redis()
+    with pytest.raises(ConfigurationError, match=message.replace("{", r"\{").replace("}", r"\}")):
+        RedisBackend(client, **kwargs)  # type: ignore[arg-type]
+    await client.aclose()
+
+
+def test_a_non_client_or_unknown_scheme_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="expected a redis.asyncio.Redis"):
+        RedisBackend("redis://localhost")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="unknown scheme"):
+        RedisBackend.from_url("http://localhost:6379")
+
+
+async def test_from_url_builds_the_right_client(redis_cluster_url: str) -> None:
+    tls = RedisBackend.from_url("rediss://localhost:6380/0")
+    assert isinstance(tls.client, aioredis.Redis)
+    assert tls.client.connection_pool.connection_class.__name__ == "SSLConnection"
+    await tls.aclose()
+    async with RedisBackend.from_url(redis_cluster_url) as cluster:
+        assert isinstance(cluster.client, aioredis.RedisCluster)
+        assert (await cluster.hit([Check("k", Limit("1/minute"))]))[0].allowed
+
+
+async def test_unix_socket(tmp_path: Path, prefix: str) -> None:
+    sock = tmp_path / "redis.sock"
+    server = RedisServer(tmp_path / "unix", None, "--unixsocket", str(sock)).start()
+    try:
+        async with RedisBackend.from_url(f"unix://{sock}", prefix=prefix) as backend:
+            outcomes = [(await backend.hit([Check("u", Limit("2/minute"))]))[0] for _ in range(3)]
+            assert [o.allowed for o in outcomes] == [True, True, False]
+    finally:
+        server.kill()
+
+
+async def test_limits_too_fine_for_exact_lua_arithmetic_are_refused(
+    backend: RedisBackend,
+) -> None:
+    with pytest.raises(ConfigurationError, match=r"use at most 104249 per 86400 s"):
+        await backend.hit([Check("k", Limit("1000000/day", algorithm="gcra"))])
+    fixed = Limit("1000000/day", algorithm="fixed_window")  # no product: any size is exact
+    assert (await backend.hit([Check("k", fixed)]))[0].allowed
+
+
+# -- keys and TTLs -----------------------------------------------------------------------
+
+
+async def test_keys_are_hashed_tagged_and_all_have_a_ttl(
+    backend: RedisBackend, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    hostile = ["a{b}c", "x:y", "line\nbreak", "nul\x00", "é" * 5000]
+    for identity in hostile:
+        await backend.hit([Check(identity, limit) for limit in ALL_ALGORITHMS])
+    keys = sorted([k async for k in redis_client.scan_iter(match=f"{prefix}*")])
+    assert len(keys) == len(hostile) * len(ALL_ALGORITHMS)
+    for key in keys:
+        text = key.decode()
+        tag, rest = text[len(prefix) :].split("}:", 1)
+        assert tag.startswith("{") and len(tag) == 33 and all(c in "0123456789abcdef" for c in tag[1:])
+        assert rest in {limit.id for limit in ALL_ALGORITHMS}
+        # The injected clock adds a 60 s margin (see RedisBackend); never a key without TTL.
+        assert 0 < await redis_client.pttl(key) <= 120_000 + 60_000
+
+
+async def test_ttls_are_no_longer_than_needed_with_the_server_clock(
+    redis_url: str, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
+        await backend.hit([Check("t", limit) for limit in ALL_ALGORITHMS])
+        for limit in ALL_ALGORITHMS:
+            ttl = await redis_client.pttl(backend.storage_key("t", limit))
+            # One request of 5/minute: 12 s for the buckets, up to 60 s for the log and the
+            # fixed window, up to 120 s for the counter (it still weighs the previous window).
+            bound = {"token_bucket": 12_000, "gcra": 12_000, "leaky_bucket": 12_000}.get(
+                limit.algorithm, 120_000 if limit.algorithm == "sliding_window_counter" else 60_000
+            )
+            assert 0 < ttl <= bound, limit
+
+
+async def test_server_time_counts_exactly(redis_url: str, prefix: str) -> None:
+    async with RedisBackend.from_url(redis_url, prefix=prefix, deny_cache=False) as backend:
+        limit = Limit("3/hour", algorithm="sliding_window_log")
+        outcomes = [(await backend.hit([Check("s", limit)]))[0] for _ in range(4)]
+        assert [o.allowed for o in outcomes] == [True, True, True, False]
+        # The first entry leaves the log an hour after it was written, a few ms ago.
+        assert 3_590_000_000 < outcomes[3].retry_us <= 3_600_000_000
+
+
+async def test_refund_undoes_a_hit_for_every_algorithm(
+    backend: RedisBackend, clock: FakeClock
+) -> None:
+    # The Cluster path's undo when a later slot denies: a refund restores the earlier state.
+    for limit in ALL_ALGORITHMS:
+        check = [Check("r", limit, 2)]
+        before = await backend.peek(check)
+        keys = [backend.storage_key("r", limit)]
+        reply = await backend._eval("hit", check, keys, round(clock.now * 1_000_000))
+        assert await backend.peek(check) != before
+        await backend._eval("refund", check, keys, int(reply[0]))
+        assert await backend.peek(check) == before, limit
+
+
+# -- the deny cache ----------------------------------------------------------------------
+
+
+async def test_a_flood_is_answered_locally_with_redis_exact_answers(
+    backend: RedisBackend, redis_client: aioredis.Redis, clock: FakeClock
+) -> None:
+    limit = Limit("2/minute", algorithm="token_bucket")
+    memory = MemoryBackend(clock=clock)
+    check = [Check("flood", limit)]
+    for _ in range(2):
+        assert (await backend.hit(check))[0].allowed
+        await memory.hit(check)
+    calls = await _evalsha_calls(redis_client)
+    for _ in range(50):
+        clock.advance(0.2)
+        local = await backend.hit(check)
+        assert local == [o._replace(state=None) for o in await memory.hit(check)]
+        assert not local[0].allowed
+    # One call for the first denial, none for the 49 after it.
+    assert await _evalsha_calls(redis_client) - calls == 1
+    assert backend.deny_cache is not None and backend.deny_cache.hits == 49
+    clock.advance(20)  # 30 s after the second token went: one token is back
+    assert (await backend.hit(check))[0].allowed
+
+
+async def test_a_cheaper_request_still_asks_redis(backend: RedisBackend) -> None:
+    limit = Limit("3/minute", algorithm="fixed_window")
+    assert (await backend.hit([Check("c", limit, 2)]))[0].allowed
+    assert not (await backend.hit([Check("c", limit, 2)]))[0].allowed
+    assert not (await backend.hit([Check("c", limit, 2)]))[0].allowed  # answered locally
+    assert (await backend.hit([Check("c", limit, 1)]))[0].allowed  # 1 fits: Redis counts it
+    assert backend.deny_cache is not None and backend.deny_cache.hits == 1
+    # The fake clock starts 40 s into its minute: the window ends 20 s later.
+    assert (await backend.hit([Check("c", limit, 1)]))[0].retry_us == 20_000_000
+
+
+async def test_reset_clears_the_deny_cache(backend: RedisBackend) -> None:
+    limit = Limit("1/minute")
+    await backend.hit([Check("z", limit)])
+    assert not (await backend.hit([Check("z", limit)]))[0].allowed
+    await backend.reset("z")
+    assert (await backend.hit([Check("z", limit)]))[0].allowed
+
+
+async def test_deny_cache_with_the_server_clock_never_says_come_back_early(
+    redis_url: str, prefix: str
+) -> None:
+    async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
+        limit = Limit("1/minute", algorithm="gcra")
+        await backend.hit([Check("s", limit)])
+        from_redis = (await backend.hit([Check("s", limit)]))[0]
+        local = [(await backend.hit([Check("s", limit)]))[0] for _ in range(20)]
+        assert backend.deny_cache is not None and backend.deny_cache.hits == 20
+        retries = [o.retry_us for o in local]
+        assert retries == sorted(retries, reverse=True)  # counts down with local time
+        assert all(r <= from_redis.retry_us for r in retries)
+        assert not math.isinf(retries[-1]) and retries[-1] > 59_000_000

@@ -1,0 +1,258 @@
+"""Exact rate-limit headers and 429 bodies through a real Starlette app, on a fake clock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from starlette.responses import PlainTextResponse
+
+from asgi_ratelimit import Decision, Limit, RateLimiter, Rule
+from asgi_ratelimit.decision import PolicyStatus
+from asgi_ratelimit.headers import decision_headers, raw_headers
+from tests.conftest import FakeClock
+
+from .conftest import client, make_app
+
+# A whole number of days since the epoch: every window starts here.
+ALIGNED = 1_728_000_000.0
+LOGIN = Rule(
+    "/auth/login",
+    methods=["POST"],
+    limits=Limit("3/minute", algorithm="fixed_window"),
+    name="login",
+    key="ip",
+)
+RATE_HEADERS = (
+    "retry-after",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+    "ratelimit-policy",
+    "ratelimit",
+)
+
+
+def rate_headers(response: Any) -> dict[str, str]:
+    return {name: response.headers[name] for name in RATE_HEADERS if name in response.headers}
+
+
+async def test_exact_headers_on_200_and_429_then_retry_after_passes(
+    clock: FakeClock, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    clock.now = ALIGNED + 12  # 48 s left in the window
+    app = make_app(limiter_for(rules=[LOGIN]))
+    async with client(app) as http:
+        seen = [rate_headers(await http.post("/auth/login")) for _ in range(3)]
+        assert seen == [
+            {
+                "x-ratelimit-limit": "3",
+                "x-ratelimit-remaining": str(left),
+                "x-ratelimit-reset": "48",
+                "ratelimit-policy": '"login";q=3;w=60',
+                "ratelimit": f'"login";r={left};t=48',
+            }
+            for left in (2, 1, 0)
+        ]
+        denied = await http.post("/auth/login")
+        assert denied.status_code == 429
+        assert denied.headers["content-type"] == "application/problem+json"
+        assert rate_headers(denied) == {
+            "retry-after": "48",
+            "x-ratelimit-limit": "3",
+            "x-ratelimit-remaining": "0",
+            "x-ratelimit-reset": "48",
+            "ratelimit-policy": '"login";q=3;w=60',
+            "ratelimit": '"login";r=0;t=48',
+        }
+        assert denied.json() == {
+            "type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+            "title": "Too Many Requests",
+            "status": 429,
+            "detail": "Rate limit 'login' exceeded: retry in 48 seconds.",
+            "violated-policies": ["login"],
+        }
+        assert int(denied.headers["content-length"]) == len(denied.content)
+
+        clock.advance(47.5)  # half a second early: still denied, told to wait 1 s (rounded up)
+        early = await http.post("/auth/login")
+        assert early.status_code == 429
+        assert early.headers["retry-after"] == "1"
+        clock.advance(0.5)  # exactly Retry-After after the first denial
+        again = await http.post("/auth/login")
+        assert again.status_code == 200
+        assert rate_headers(again)["ratelimit"] == '"login";r=2;t=60'
+
+
+async def test_default_algorithm_headers(
+    clock: FakeClock, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    # Sliding window counter: after one request at a window start, the quota is fully back
+    # once the previous window's weight floors to zero, 1 us into the next window: 61 s
+    # rounded up. After five, the sixth may pass at that same instant: Retry-After 61.
+    clock.now = ALIGNED
+    app = make_app(limiter_for(rules=[Rule("/search", limits="5/minute", name="search")]))
+    async with client(app) as http:
+        first = await http.get("/search")
+        assert rate_headers(first) == {
+            "x-ratelimit-limit": "5",
+            "x-ratelimit-remaining": "4",
+            "x-ratelimit-reset": "61",
+            "ratelimit-policy": '"search";q=5;w=60',
+            "ratelimit": '"search";r=4;t=61',
+        }
+        for _ in range(4):
+            assert (await http.get("/search")).status_code == 200
+        denied = await http.get("/search")
+        assert denied.status_code == 429
+        assert denied.headers["retry-after"] == "61"
+        clock.advance(60.000001)
+        assert (await http.get("/search")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("style", "names"),
+    [
+        ("both", {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
+                  "ratelimit-policy", "ratelimit"}),
+        ("legacy", {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}),
+        ("ietf", {"ratelimit-policy", "ratelimit"}),
+        ("none", set()),
+    ],
+)  # fmt: skip
+async def test_header_styles(
+    style: str, names: set[str], clock: FakeClock, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    clock.now = ALIGNED
+    app = make_app(limiter_for(rules=[LOGIN], headers=style))
+    async with client(app) as http:
+        for _ in range(3):
+            assert set(rate_headers(await http.post("/auth/login"))) == names
+        denied = await http.post("/auth/login")
+        assert denied.status_code == 429
+        # Retry-After is part of every 429, whatever the style.
+        assert set(rate_headers(denied)) == names | {"retry-after"}
+
+
+async def test_several_policies_one_item_each(
+    clock: FakeClock, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    clock.now = ALIGNED + 0.25
+    rules = [
+        Rule(
+            "/search",
+            limits=[
+                Limit("2/second", algorithm="fixed_window"),
+                Limit("100/day", algorithm="fixed_window"),
+            ],
+            name="search",
+        ),
+        Rule("/*", limits=Limit("10/minute", algorithm="fixed_window"), name="all"),
+    ]
+    app = make_app(limiter_for(rules=rules))
+    async with client(app) as http:
+        response = await http.get("/search")
+        assert rate_headers(response) == {
+            # The binding policy (least remaining) drives the legacy headers.
+            "x-ratelimit-limit": "2",
+            "x-ratelimit-remaining": "1",
+            "x-ratelimit-reset": "1",
+            "ratelimit-policy": (
+                '"search 2/second";q=2;w=1, "search 100/day";q=100;w=86400, "all";q=10;w=60'
+            ),
+            "ratelimit": '"search 2/second";r=1;t=1, "search 100/day";r=99;t=86400, "all";r=9;t=60',
+        }
+        await http.get("/search")
+        denied = await http.get("/search")
+        assert denied.status_code == 429
+        assert denied.json()["violated-policies"] == ["search 2/second"]
+        assert denied.headers["retry-after"] == "1"
+
+
+async def test_unlimited_requests_get_no_headers(
+    limiter_for: Callable[..., RateLimiter],
+) -> None:
+    app = make_app(limiter_for(rules=[LOGIN]))
+    async with client(app) as http:
+        response = await http.get("/search")  # no rule, no default limits
+        assert response.status_code == 200
+        assert rate_headers(response) == {}
+
+
+async def test_on_limited_hook_answers_with_the_limiter_headers(
+    clock: FakeClock, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    clock.now = ALIGNED + 12
+    seen: list[Decision] = []
+
+    async def on_limited(scope: Any, decision: Decision) -> PlainTextResponse:
+        seen.append(decision)
+        return PlainTextResponse("slow down", status_code=429, headers={"retry-after": "99"})
+
+    app = make_app(limiter_for(rules=[LOGIN]), on_limited=on_limited)
+    async with client(app) as http:
+        for _ in range(3):
+            await http.post("/auth/login")
+        denied = await http.post("/auth/login")
+    assert denied.status_code == 429
+    assert denied.text == "slow down"
+    assert denied.headers.get_list("retry-after") == ["99"]  # the hook's own value wins
+    assert denied.headers["ratelimit"] == '"login";r=0;t=48'
+    assert [d.policy for d in seen] == ["login"]
+
+
+@pytest.mark.parametrize("kind", ["raises", "returns None", "response raises"])
+async def test_broken_on_limited_falls_back_to_the_default_429(
+    kind: str, clock: FakeClock, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    clock.now = ALIGNED + 12
+
+    async def broken_app(scope: Any, receive: Any, send: Any) -> None:
+        raise RuntimeError("boom")
+
+    def on_limited(scope: Any, decision: Decision) -> Any:
+        if kind == "raises":
+            raise RuntimeError("hook bug")
+        return None if kind == "returns None" else broken_app
+
+    app = make_app(limiter_for(rules=[LOGIN]), on_limited=on_limited)
+    async with client(app) as http:
+        for _ in range(3):
+            await http.post("/auth/login")
+        denied = await http.post("/auth/login")
+    assert denied.status_code == 429
+    assert denied.headers["retry-after"] == "48"
+    assert denied.json()["violated-policies"] == ["login"]
+
+
+def test_header_values_are_valid_structured_fields() -> None:
+    limit = Limit("5/minute")
+    odd = PolicyStatus('a "quoted" \\ name\n\u00e9', limit, False, -3, 1e30, 2.2)
+    decision = Decision.from_policies((odd,))
+    headers = dict(decision_headers(decision, "ietf"))
+    assert headers == {
+        "Retry-After": "3",
+        "RateLimit-Policy": '"a \\"quoted\\" \\\\ name??";q=5;w=60',
+        "RateLimit": '"a \\"quoted\\" \\\\ name??";r=0;t=999999999999999',
+    }
+    raw = raw_headers(decision, "legacy")
+    assert raw == [
+        (b"retry-after", b"3"),
+        (b"x-ratelimit-limit", b"5"),
+        (b"x-ratelimit-remaining", b"0"),  # never negative
+        (b"x-ratelimit-reset", b"999999999999999"),
+    ]
+
+
+def test_never_passing_request_has_no_retry_after() -> None:
+    status = PolicyStatus("big", Limit("5/minute"), False, 5, 0.0, float("inf"))
+    decision = Decision.from_policies((status,))
+    assert "Retry-After" not in decision.headers()
+    from asgi_ratelimit.responses import problem_body
+
+    assert json.loads(problem_body(decision))["detail"] == (
+        "Rate limit 'big' exceeded: this request costs more than the limit allows at once and "
+        "can never pass."
+    )

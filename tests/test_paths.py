@@ -1,0 +1,93 @@
+"""Path normalization: every spelling of a route collapses to one string, and nothing raises."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asgi_ratelimit.paths import MAX_PATH_LENGTH, normalize_path, request_path, route_path
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/auth/login", "/auth/login"),
+        ("//auth//login", "/auth/login"),
+        ("/auth/./login", "/auth/login"),
+        ("/x/../auth/login", "/auth/login"),
+        ("/../../auth/login", "/auth/login"),
+        ("/auth/login/..", "/auth"),
+        ("/AUTH/Login", "/auth/login"),
+        ("/auth/login/", "/auth/login"),
+        ("/auth/login;x=1", "/auth/login"),
+        ("/auth;jsessionid=9/login", "/auth/login"),
+        ("/auth\\login", "/auth/login"),
+        ("/auth/login/.", "/auth/login"),
+        ("", "/"),
+        ("/", "/"),
+        ("///", "/"),
+        ("/..", "/"),
+        ("/a/%6C", "/a/%6c"),  # already decoded by the server: never decoded a second time
+        ("/nul\x00/x", "/nul\x00/x"),
+    ],
+)
+def test_normalize_path(path: str, expected: str) -> None:
+    assert normalize_path(path) == expected
+
+
+def test_very_long_paths_are_cut_not_rejected() -> None:
+    path = "/a" * 100_000
+    normalized = normalize_path(path)
+    assert normalized.startswith("/a/a/")
+    assert len(normalized) == MAX_PATH_LENGTH
+
+
+@pytest.mark.parametrize(
+    ("scope", "expected"),
+    [
+        ({"path": "/api/v1/items", "root_path": "/api"}, "/v1/items"),
+        ({"path": "/api", "root_path": "/api"}, "/"),
+        ({"path": "/apix/items", "root_path": "/api"}, "/apix/items"),  # not under root_path
+        ({"path": "/items", "root_path": ""}, "/items"),
+        ({"raw_path": b"/auth/%6Cogin?x=1"}, "/auth/login"),  # only raw_path: decoded once
+        ({"raw_path": b"/bad%zz%"}, "/bad%zz%"),  # malformed escapes stay as they are
+        ({}, "/"),
+    ],
+)
+def test_route_path(scope: dict[str, object], expected: str) -> None:
+    assert route_path(scope) == expected
+
+
+def test_request_path_strips_root_path_then_normalizes() -> None:
+    assert request_path({"path": "/api//Auth/./login/", "root_path": "/api"}) == "/auth/login"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_normalized_paths_are_canonical(path: str) -> None:
+    normalized = normalize_path(path)
+    assert normalized.startswith("/")
+    assert normalize_path(normalized) == normalized  # idempotent
+    assert "//" not in normalized
+    segments = normalized.split("/")[1:]
+    assert "." not in segments and ".." not in segments
+    assert normalized == "/" or not normalized.endswith("/")
+    assert ";" not in normalized and "\\" not in normalized
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(["auth", "login", ".", "..", "", "AUTH", "x;y=1"]), max_size=8))
+def test_spellings_resolve_like_a_stack(parts: list[str]) -> None:
+    # A reference model of dot-segment removal, ;params and case folding.
+    stack: list[str] = []
+    for part in parts:
+        part = part.split(";", 1)[0]
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if stack:
+                stack.pop()
+        else:
+            stack.append(part.lower())
+    assert normalize_path("/" + "/".join(parts)) == "/" + "/".join(stack)

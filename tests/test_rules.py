@@ -1,0 +1,193 @@
+"""`Rule`: templates, globs, methods, tiers, budget keys, and validation at construction."""
+
+from __future__ import annotations
+
+import pytest
+
+from asgi_ratelimit import ClientIP, ConfigurationError, Identity, Limit, RateLimiter, Rule
+from asgi_ratelimit.paths import normalize_path
+
+
+def matches(rule: Rule, method: str, path: str) -> bool:
+    return rule.matches(method, normalize_path(path))
+
+
+@pytest.mark.parametrize(
+    ("template", "path", "expected"),
+    [
+        ("/auth/login", "/auth/login", True),
+        ("/auth/login/", "/auth/login", True),
+        ("/Auth/Login", "/auth/login", True),
+        ("/auth/login", "/auth/login/extra", False),
+        ("/auth/login", "/auth/logins", False),
+        ("/items/{id}", "/items/42", True),
+        ("/items/{id}", "/items/42/more", False),
+        ("/items/{id}", "/items", False),
+        ("/items/{id:int}", "/items/42", True),
+        ("/items/{id:int}", "/items/abc", False),
+        ("/items/{x:float}", "/items/4.5", True),
+        ("/items/{u:uuid}", "/items/6F1C9E52-3B1A-4D2E-9C4B-1A2B3C4D5E6F", True),
+        ("/items/{u:uuid}", "/items/not-a-uuid", False),
+        ("/api/{path:path}", "/api/a/b/c", True),
+        ("/api/{path:path}", "/api/", True),
+        ("/api/{path:path}", "/api", True),
+        ("/api/{path:path}", "/apix", False),
+        ("/api/*", "/api/a/b", True),
+        ("/api/*", "/api", True),
+        ("/api/*", "/apix/a", False),
+        ("/files/*.txt", "/files/a.txt", True),
+        ("/files/*.txt", "/files/a.png", False),
+        ("/v?/items", "/v1/items", True),
+        ("/v?/items", "/v12/items", False),
+        ("/a.b", "/axb", False),  # regex characters are literal
+        ("/", "/", True),
+        ("/", "/x", False),
+    ],
+)
+def test_path_matching(template: str, path: str, expected: bool) -> None:
+    assert matches(Rule(template, limits="1/second"), "GET", path) is expected
+
+
+def test_methods_and_head_shares_get() -> None:
+    rule = Rule("/auth/login", methods=["post", "GET"], limits="5/minute")
+    assert rule.methods == frozenset({"POST", "GET"})
+    assert matches(rule, "POST", "/auth/login")
+    assert matches(rule, "HEAD", "/auth/login")
+    assert not matches(rule, "PUT", "/auth/login")
+    head_only = Rule("/x", methods="HEAD", limits="5/minute")
+    assert matches(head_only, "GET", "/x") and matches(head_only, "HEAD", "/x")
+    assert matches(Rule("/x", limits="5/minute"), "DELETE", "/x")
+
+
+def test_default_names_and_policy_names() -> None:
+    assert Rule("/search", limits="1/second").name == "/search"
+    assert Rule("/auth/login", methods=["POST", "GET"], limits="1/second").name == (
+        "GET,POST /auth/login"
+    )
+    single = Rule("/s", limits="10/second", name="search")
+    assert single.tiers == {None: (("search", Limit("10/second")),)}
+    several = Rule("/s", limits=["10/second", "1000/day"], name="search")
+    assert [name for name, _ in several.tiers[None]] == ["search 10/second", "search 1000/day"]
+
+
+def test_tiers_pick_limits_with_default_tier() -> None:
+    rule = Rule("/api/*", limits={"free": "60/minute", "premium": "600/minute", "staff": None})
+    assert rule.limits_for("premium", "free") == (("/api/*", Limit("600/minute")),)
+    assert rule.limits_for("free", "free") == (("/api/*", Limit("60/minute")),)
+    assert rule.limits_for(None, "free") == (("/api/*", Limit("60/minute")),)
+    assert rule.limits_for("gold", "free") == (("/api/*", Limit("60/minute")),)
+    assert rule.limits_for("staff", "free") == ()  # None: unlimited for that tier
+
+
+def test_budget_keys() -> None:
+    ident, ip = "user:42", "ip:203.0.113.7"
+    assert Rule("/i/{id}", limits="1/s", name="i").budget_key(ident, ip, "/i/1") == "rule:i|user:42"
+    assert Rule("/i/{id}", limits="1/s", name="i", key="ip").budget_key(ident, ip, "/i/1") == (
+        "rule:i|ip:203.0.113.7"
+    )
+    assert Rule("/i/{id}", limits="1/s", name="i", key="global").budget_key(ident, ip, "/") == (
+        "rule:i|*"
+    )
+    per_path = Rule("/i/{id}", limits="1/s", name="i", key="path")
+    assert per_path.budget_key(ident, ip, "/i/1") == "rule:i|user:42|/i/1"
+    long_key = per_path.budget_key(ident, ip, "/i/" + "x" * 1000)
+    assert long_key.startswith("rule:i|user:42|#") and len(long_key) == len("rule:i|user:42|#") + 32
+
+
+async def test_cost_callable_and_number() -> None:
+    assert await Rule("/x", limits="5/s", cost=2).cost_for({}) == 2
+    assert await Rule("/x", limits="5/s", cost=lambda scope: 3).cost_for({}) == 3
+
+    async def async_cost(scope: object) -> float:
+        return 4
+
+    assert await Rule("/x", limits="5/s", cost=async_cost).cost_for({}) == 4
+    with pytest.raises(ConfigurationError, match="cost callable returned: cost=-1"):
+        await Rule("/x", limits="5/s", cost=lambda scope: -1).cost_for({})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"path": "items"}, "must be a string starting with '/'"),
+        ({"path": "/items/{id"}, "malformed parameter"),
+        ({"path": "/items/{id:date}"}, "unknown convertor 'date'"),
+        ({"path": "/a/{id}/{id}"}, "parameter 'id' appears twice"),
+        ({"path": "/a/../b"}, "'.' and '..' segments are not allowed"),
+        ({"path": "/a;b"}, "';' is not allowed"),
+        ({"methods": []}, "methods=\\[\\] matches nothing"),
+        ({"methods": ["GE T"]}, "method 'GE T' is not an HTTP method"),
+        ({"limits": "5/minit"}, "unknown period 'minit'"),
+        ({"limits": {}}, "empty"),
+        ({"limits": {"": "5/minute"}}, "tier '' must be a non-empty string"),
+        ({"key": "user"}, "key='user' is unknown"),
+        ({"cost": -1}, "cost=-1: must be a finite number"),
+        ({"cost": "1"}, "cost='1': must be a number"),
+        ({"stop": "yes"}, "stop='yes' must be True or False"),
+        ({"on_backend_error": "ignore"}, "unknown failure policy"),
+        ({"name": ""}, "name='' must be a non-empty string"),
+        ({"name": "caf\u00e9"}, "printable ASCII"),
+    ],
+)
+def test_rule_validation(kwargs: dict[str, object], message: str) -> None:
+    options: dict[str, object] = {"path": "/x", "limits": "5/minute", **kwargs}
+    path = options.pop("path")
+    with pytest.raises(ConfigurationError, match=message):
+        Rule(path, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rules": [Rule("/a", limits="1/s", name="x"), Rule("/b", limits="1/s", name="x")]},
+         "two rules are named 'x'"),
+        ({"rules": [Rule("/a", limits="1/s", name="default")], "default_limits": "1/s"},
+         "two rules are named 'default'"),
+        ({"rules": ["/a"]}, "is not a Rule"),
+        ({"rules": [Rule("/a", limits={"premium": "1/s"})]}, "rule '/a' has no 'free' tier"),
+        ({"default_limits": {"premium": "1/s"}}, "default_limits has no 'free' tier"),
+        ({"default_limits": "1/fortnight"}, "default_limits: .*unknown period"),
+        ({"default_tier": ""}, "default_tier='': must be a non-empty"),
+        ({"headers": "draft"}, "headers='draft': unknown style"),
+        ({"allow": ["10.0.0.0/33"]}, "allow: '10.0.0.0/33' is not a valid address"),
+        ({"deny": ["999.1.1.1"]}, "deny: '999.1.1.1' is not a valid address"),
+        ({"deny": [""]}, "deny: '' is not a CIDR"),
+        ({"identify": [object()]}, "is not an identity source"),
+        ({"on_backend_error": "retry"}, "unknown failure policy"),
+    ],
+)  # fmt: skip
+def test_limiter_validation(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        RateLimiter(**kwargs)  # type: ignore[arg-type]
+
+
+def test_limiter_compiles_rules_and_sources() -> None:
+    ip = ClientIP(trusted_proxies=["10.0.0.0/8"])
+
+    async def custom(scope: object) -> Identity | None:
+        return None
+
+    limiter = RateLimiter(
+        identify=[custom, ip],
+        rules=[Rule("/a", limits="1/s"), Rule("/b", limits={"free": "1/s", "pro": "9/s"})],
+        default_limits="100/hour",
+        allow=["127.0.0.1/32", "ip:10.1.2.3"],
+        deny=["203.0.113.0/24"],
+        default_tier="free",
+    )
+    assert limiter.ip_source is ip  # the configured ClientIP serves key="ip" and the fallback
+    assert [rule.name for rule in limiter.rules] == ["/a", "/b"]
+    assert limiter.default_rule is not None and limiter.default_rule.name == "default"
+    assert limiter.allow.keys == frozenset({"ip:10.1.2.3"})
+    assert [str(n) for n in limiter.deny.networks] == ["203.0.113.0/24"]
+    assert limiter.describe_rules("GET", "/b") == ["/b: free: 1/second; pro: 9/second"]
+    assert limiter.describe_rules("GET", "/c") == ["default: 100/hour"]
+    assert limiter.matching_rules("GET", "/a") == [limiter.rules[0]]
+
+
+def test_stop_ends_matching() -> None:
+    first = Rule("/api/admin", limits="1/s", stop=True)
+    second = Rule("/api/*", limits="10/s")
+    limiter = RateLimiter(rules=[first, second], default_limits="100/hour")
+    assert limiter.matching_rules("GET", "/api/admin") == [first]
+    assert limiter.matching_rules("GET", "/api/other") == [second]
