@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     phases = args.only or list(PHASES)
     quick = args.quick
-    rounds = 5 if quick else 15
-    per_batch = {"memory": 500, "redis": 150} if quick else {"memory": 2000, "redis": 400}
+    rounds = 5 if quick else 11
+    per_batch = {"memory": 500, "redis": 150} if quick else {"memory": 1500, "redis": 300}
 
     command = "./benchmarks/run" + ("".join(f" {a}" for a in (argv or sys.argv[1:])))
     results: dict[str, Any] = {"meta": machine(command), "phases": phases}

@@ -64,11 +64,14 @@ async def run_batch(built: Built, ips: Sequence[str], start: int, n: int) -> Cou
     outcomes: Counter[str] = Counter()
     count = len(ips)
     if built.app is not None:
-        app = built.app
+        app, marks = built.app, built.marks_headers
 
         async def send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                outcomes[str(message["status"])] += 1
+                status = str(message["status"])
+                if marks and not any(b"ratelimit" in name for name, _ in message["headers"]):
+                    status += " without rate-limit headers"
+                outcomes[status] += 1
 
         template = _TEMPLATE
         for i in range(start, start + n):

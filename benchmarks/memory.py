@@ -96,7 +96,7 @@ async def our_redis_per_key(url: str, n: int) -> dict[str, dict[str, float]] | s
     except ImportError as exc:
         return f"not measured: {exc}"
     client = redis.asyncio.Redis.from_url(url)
-    backend = RedisBackend.from_url(url)
+    backend = RedisBackend.from_url(url, timeout=1.0)
     result: dict[str, dict[str, float]] = {}
     try:
         for algorithm in _algorithms():

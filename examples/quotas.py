@@ -16,7 +16,7 @@ from typing import Any
 
 from asgi_ratelimit import RateLimiter
 from asgi_ratelimit.backends.base import Check
-from asgi_ratelimit.decorators import EndpointLimit
+from asgi_ratelimit.endpoint_limit import EndpointLimit
 from asgi_ratelimit.identity.base import Scope
 from asgi_ratelimit.limiter import PolicyCheck
 

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .decision import Decision
-from .decorators import CostLike, EndpointKey, EndpointLimit
+from .endpoint_limit import CostLike, EndpointKey, EndpointLimit
 from .errors import RateLimitExceeded
 from .rates import LimitsLike
 

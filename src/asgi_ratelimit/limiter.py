@@ -33,10 +33,10 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
     from starlette.responses import Response
 
-    from .decorators import CostLike as EndpointCost
     from .decorators import Endpoint as EndpointT
-    from .decorators import EndpointKey
     from .dependencies import RateLimitDependency
+    from .endpoint_limit import CostLike as EndpointCost
+    from .endpoint_limit import EndpointKey
     from .identity.ip import ClientIP
 
 __all__ = [

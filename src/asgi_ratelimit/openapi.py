@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .decorators import EndpointLimit
+from .endpoint_limit import EndpointLimit
+from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -68,6 +69,11 @@ RETRY_AFTER: dict[str, Any] = {
 
 def document(limiter: RateLimiter, app: FastAPI) -> None:
     """Add the 429 response and the rate-limit headers to ``app``'s OpenAPI schema."""
+    if not callable(getattr(app, "openapi", None)) or not hasattr(app, "openapi_schema"):
+        raise ConfigurationError(
+            f"document({type(app).__name__}): not a FastAPI app (only FastAPI has an OpenAPI "
+            "schema to document; pass the FastAPI() instance)"
+        )
     original: Callable[[], dict[str, Any]] = app.openapi
     patched: list[int] = []
 

@@ -51,8 +51,12 @@ def schedules(draw: st.DrawFn, limit: Limit) -> list[tuple[int, float]]:
         st.integers(0, 2 * period // limit.amount),
         st.integers(0, 3 * period),
     )
-    # Costs in halves: fractional, yet exact in binary floating point.
-    cost = st.integers(0, 2 * limit.capacity + 2).map(lambda k: k / 2)
+    # Mostly halves (fractional yet exact in binary), and some arbitrary floats, tiny ones
+    # included, whose sums round.
+    cost = st.one_of(
+        st.integers(0, 2 * limit.capacity + 2).map(lambda k: k / 2),
+        st.floats(0, limit.capacity + 1, allow_nan=False),
+    )
     now = T0 * 1_000_000 + draw(st.integers(0, 10 * period))
     result = []
     for step, weight in draw(st.lists(st.tuples(gap, cost), min_size=1, max_size=40)):

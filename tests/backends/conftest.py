@@ -66,7 +66,7 @@ class RedisServer:
     """One ``redis-server`` process the tests own: start, kill, restart on the same port."""
 
     def __init__(self, workdir: Path, port: int | None = None, *extra: str) -> None:
-        self.port = port or free_port(bus=bool(extra))
+        self.port = port or free_port(bus="--cluster-enabled" in extra)
         self.workdir = workdir
         self.extra = extra
         self.process: subprocess.Popen[bytes] | None = None
@@ -80,9 +80,7 @@ class RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1"]
         args += ["--save", "", "--appendonly", "no", "--dir", str(self.workdir), *self.extra]
-        self.process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while not _ping(self.port):
             if time.monotonic() > deadline or self.process.poll() is not None:
@@ -144,11 +142,20 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
             node.kill()
 
 
+def _debug_command_option() -> tuple[str, ...]:
+    # Redis 7 refuses DEBUG unless enabled; older servers do not know the option.
+    assert REDIS_SERVER is not None
+    out = subprocess.run([REDIS_SERVER, "--version"], capture_output=True, text=True).stdout
+    version = out.split("v=", 1)[-1].split()[0] if "v=" in out else "0"
+    major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
+    return ("--enable-debug-command", "local") if major >= 7 else ()
+
+
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A private redis-server this test may kill, stall or flush."""
     require_redis_binaries()
-    server = RedisServer(tmp_path / "own").start()
+    server = RedisServer(tmp_path / "own", None, *_debug_command_option()).start()
     try:
         yield server
     finally:

@@ -74,7 +74,7 @@ async def test_bad_options_raise_at_construction(kwargs: dict[str, object], mess
 
 
 def test_a_non_client_or_unknown_scheme_is_refused() -> None:
-    with pytest.raises(ConfigurationError, match="expected a redis.asyncio.Redis"):
+    with pytest.raises(ConfigurationError, match=r"expected a redis\.asyncio\.Redis"):
         RedisBackend("redis://localhost")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="unknown scheme"):
         RedisBackend.from_url("http://localhost:6379")
@@ -124,7 +124,9 @@ async def test_keys_are_hashed_tagged_and_all_have_a_ttl(
     for key in keys:
         text = key.decode()
         tag, rest = text[len(prefix) :].split("}:", 1)
-        assert tag.startswith("{") and len(tag) == 33 and all(c in "0123456789abcdef" for c in tag[1:])
+        assert (
+            tag.startswith("{") and len(tag) == 33 and all(c in "0123456789abcdef" for c in tag[1:])
+        )
         assert rest in {limit.id for limit in ALL_ALGORITHMS}
         # The injected clock adds a 60 s margin (see RedisBackend); never a key without TTL.
         assert 0 < await redis_client.pttl(key) <= 120_000 + 60_000
@@ -225,3 +227,25 @@ async def test_deny_cache_with_the_server_clock_never_says_come_back_early(
         assert retries == sorted(retries, reverse=True)  # counts down with local time
         assert all(r <= from_redis.retry_us for r in retries)
         assert not math.isinf(retries[-1]) and retries[-1] > 59_000_000
+
+
+# -- memory per key ----------------------------------------------------------------------
+
+
+async def test_memory_per_key_is_small_and_stated(
+    redis_url: str, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    """The README's figures: MEMORY USAGE of one key per algorithm (key name included)."""
+    async with RedisBackend.from_url(redis_url, prefix=prefix, deny_cache=False) as backend:
+        usage = {}
+        for limit in ALL_ALGORITHMS:
+            big = Limit("1000/hour", algorithm=limit.algorithm)
+            for _ in range(100 if big.algorithm == "sliding_window_log" else 1):
+                await backend.hit([Check("user:42", big)])
+            key = backend.storage_key("user:42", big)
+            usage[big.algorithm] = await redis_client.memory_usage(key, samples=0)
+    for algorithm, size in usage.items():
+        if algorithm == "sliding_window_log":
+            assert size < 100 * 16 + 300, usage  # O(limit): about 10 bytes per logged request
+        else:
+            assert size <= 200, usage  # one short string per key

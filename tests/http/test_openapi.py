@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import APIRouter, Depends, FastAPI
 
-from asgi_ratelimit import RateLimiter, RateLimitMiddleware, Rule
+from asgi_ratelimit import ConfigurationError, RateLimiter, RateLimitMiddleware, Rule
 
 LEGACY = ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
 IETF = ["RateLimit-Policy", "RateLimit"]
@@ -183,3 +184,10 @@ def test_included_routers_and_router_level_dependencies() -> None:
     v2 = paths["/v2/things/{thing_id}"]["get"]["responses"]
     assert v2["429"]["description"] == "Too Many Requests: over the rate limit (v2: 3/minute)."
     assert "429" not in paths["/v3/things/{thing_id}"]["get"]["responses"]
+
+
+def test_document_needs_a_fastapi_app() -> None:
+    from starlette.applications import Starlette
+
+    with pytest.raises(ConfigurationError, match=r"document\(Starlette\): not a FastAPI app"):
+        RateLimiter().document(Starlette())  # type: ignore[arg-type]

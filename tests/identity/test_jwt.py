@@ -24,7 +24,11 @@ from asgi_ratelimit.errors import ConfigurationError
 from asgi_ratelimit.identity import Identity, JWTSubject
 
 SECRET = "test-secret-0123456789-abcdefghij-0123456789"  # 44 bytes: fine for HS256
-NOW = int(time.time())
+
+
+def now() -> int:
+    """Wall time, read when a token is made: PyJWT checks exp/nbf against the real clock."""
+    return int(time.time())
 
 
 def scope(token: str | None = None, headers: list[tuple[bytes, bytes]] | None = None) -> Any:
@@ -38,7 +42,7 @@ def hs256(claims: dict[str, Any], secret: str = SECRET, **kw: Any) -> str:
 
 
 def claims(**extra: Any) -> dict[str, Any]:
-    return {"sub": "alice", "tier": "premium", "exp": NOW + 600, **extra}
+    return {"sub": "alice", "tier": "premium", "exp": now() + 600, **extra}
 
 
 def b64(data: bytes) -> str:
@@ -63,7 +67,7 @@ async def test_valid_token_yields_subject_and_tier() -> None:
 
 @pytest.mark.parametrize("tier", [None, 3, ["premium"], {"a": 1}])
 async def test_tier_must_be_a_string(tier: Any) -> None:
-    payload = claims(tier=tier) if tier is not None else {"sub": "alice", "exp": NOW + 60}
+    payload = claims(tier=tier) if tier is not None else {"sub": "alice", "exp": now() + 60}
     assert await hs(scope(hs256(payload))) == Identity("user:alice", None, "jwt")
 
 
@@ -133,18 +137,20 @@ async def test_public_key_used_as_hmac_secret_is_refused() -> None:
 @pytest.mark.parametrize(
     ("payload", "leeway", "identified"),
     [
-        ({"exp": NOW - 10}, 0, False),
-        ({"exp": NOW - 10}, 60, True),
-        ({"nbf": NOW + 3600}, 0, False),
-        ({"nbf": NOW + 10}, 60, True),
+        ({"exp": -10}, 0, False),
+        ({"exp": -10}, 60, True),
+        ({"nbf": 3600}, 0, False),
+        ({"nbf": 10}, 60, True),
         ({"exp": "tomorrow"}, 0, False),
         ({"iat": "yesterday"}, 0, False),
-        ({"nbf": NOW - 10, "exp": NOW + 10}, 0, True),
+        ({"nbf": -10, "exp": 10}, 0, True),
     ],
 )
 async def test_time_claims(payload: dict[str, Any], leeway: int, identified: bool) -> None:
     source = JWTSubject(key=SECRET, leeway=leeway)
-    found = await source(scope(hs256({"sub": "alice", **payload})))
+    # Times are offsets from now; strings stay as they are (malformed on purpose).
+    timed = {k: now() + v if isinstance(v, int) else v for k, v in payload.items()}
+    found = await source(scope(hs256({"sub": "alice", **timed})))
     assert (found == Identity("user:alice", None, "jwt")) is identified
 
 
@@ -173,7 +179,7 @@ async def test_token_with_an_audience_needs_a_configured_audience() -> None:
 
 @pytest.mark.parametrize("sub", [None, "", 42, ["alice"], "x" * 257])
 async def test_subject_must_be_a_short_string(sub: Any) -> None:
-    payload = {"exp": NOW + 60} if sub is None else {"sub": sub, "exp": NOW + 60}
+    payload = {"exp": now() + 60} if sub is None else {"sub": sub, "exp": now() + 60}
     assert await JWTSubject(key=SECRET, subject_claim="sub")(scope(hs256(payload))) is None
 
 
@@ -511,7 +517,9 @@ async def test_known_keys_are_served_while_a_refresh_is_in_flight(
     clock.advance(60)
     refreshing = asyncio.ensure_future(source(scope(idp.token("k1"))))
     await until(lambda: idp.requests == 2)
-    assert await source(scope(idp.token("k1"))) is not None  # not held up by the refresh
+    meanwhile = asyncio.ensure_future(source(scope(idp.token("k1"))))
+    await until(meanwhile.done)  # not held up by the refresh in flight
+    assert meanwhile.result() == Identity("user:alice", "premium", "jwt")
     assert not refreshing.done()
     idp.gate.set()
     assert await refreshing is not None
@@ -599,6 +607,94 @@ async def test_jwks_repr_and_expiry_still_checked(idp: Any, http: Any, clock: An
         "JWTSubject(jwks_url='http://idp.test/.well-known/jwks.json', "
         "algorithms=['RS256', 'ES256', 'EdDSA'], audience='api', issuer=None)"
     )
-    assert await source(scope(idp.token("k1", exp=NOW - 5, aud="api"))) is None
+    assert await source(scope(idp.token("k1", exp=now() - 5, aud="api"))) is None
     assert await source(scope(idp.token("k1", aud="web"))) is None
     assert await source(scope(idp.token("k1", aud="api"))) is not None
+
+
+# -- the chain, through a real app ------------------------------------------------------------
+
+
+async def test_forged_tokens_and_unknown_keys_fall_through_to_the_client_ip(clock: Any) -> None:
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from asgi_ratelimit import (
+        APIKey,
+        ClientIP,
+        MemoryBackend,
+        RateLimiter,
+        RateLimitMiddleware,
+        Rule,
+    )
+
+    async def whoami(request: Request) -> PlainTextResponse:
+        decision = request.state.rate_limit
+        return PlainTextResponse(f"{decision.identity.key} {decision.identity.tier}")
+
+    limiter = RateLimiter(
+        backend=MemoryBackend(clock=clock),
+        identify=[
+            JWTSubject(key=SECRET),
+            APIKey(keys={"k-gold": "premium"}),
+            ClientIP(trusted_proxies=["10.0.0.0/8"]),
+        ],
+        rules=[Rule("/whoami", limits={"free": "2/minute", "premium": "3/minute"})],
+    )
+    app = Starlette(routes=[Route("/whoami", whoami)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    transport = httpx.ASGITransport(app=app, client=("10.0.0.1", 4321))
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+
+        async def get(**headers: str) -> tuple[int, str]:
+            response = await http.get("/whoami", headers=headers)
+            return response.status_code, response.text
+
+        good = {"authorization": f"Bearer {hs256(claims())}"}
+        forged = {"authorization": f"Bearer {hs256(claims(), secret=SECRET[::-1])}"}
+        via = {"x-forwarded-for": "198.51.100.4"}
+        assert await get(**good) == (200, "user:alice premium")
+        assert await get(**forged, **via) == (200, "ip:198.51.100.4 None")
+        gold = "key:" + hashlib.sha256(b"k-gold").hexdigest()[:32]
+        assert await get(**forged, **{"x-api-key": "k-gold"}, **via) == (200, f"{gold} premium")
+        assert await get(**{"x-api-key": "k-guess"}, **via) == (200, "ip:198.51.100.4 None")
+        # Forged tokens and invented keys shared one budget: the client IP's, 2/minute.
+        assert (await get(**forged, **via))[0] == 429
+        assert [(await get(**good))[0] for _ in range(3)] == [200, 200, 429]  # premium: 3
+
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats()  # NaN and +-Infinity too: Python's json reads them back
+    | st.text(max_size=10),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+_claim_names = st.sampled_from(["sub", "exp", "nbf", "iat", "aud", "iss", "jti", "tier"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    head=st.dictionaries(st.sampled_from(["kid", "crit", "b64", "typ", "cty"]), _json),
+    payload=st.dictionaries(_claim_names, _json) | _json,
+    audience=st.sampled_from([None, "api"]),
+)
+async def test_correctly_signed_odd_claims_never_raise(
+    head: dict[str, Any], payload: Any, audience: str | None
+) -> None:
+    # Signed with the right key, so every claim check really runs on the odd values.
+    h = b64(json.dumps({**head, "alg": "HS256"}).encode())
+    p = b64(json.dumps(payload).encode())
+    sig = hmac.new(SECRET.encode(), f"{h}.{p}".encode(), hashlib.sha256).digest()
+    source = JWTSubject(key=SECRET, audience=audience, issuer=None)
+    found = await source(scope(f"{h}.{p}.{b64(sig)}"))
+    if found is not None:
+        assert found.key == "user:" + payload["sub"]
+        assert found.tier == (payload["tier"] if isinstance(payload.get("tier"), str) else None)

@@ -48,10 +48,14 @@ def ceil_div(numerator: float, denominator: int) -> int:
     return math.ceil(numerator / denominator)
 
 
-def scaled_cost(cost: float, scale: int) -> float:
-    """``cost * scale``, kept an ``int`` when whole (a cost of 0.5 on a 1 s period is 500000)
-    so that the bucket arithmetic stays exact integer arithmetic."""
+def scaled_cost(cost: float, scale: int) -> int:
+    """``cost * scale`` as an ``int``, rounded up: the bucket kinds count in these small units.
+
+    A cost of 0.5 on a 60 s period is exactly 30_000_000 units; a cost such as 1e-300 still
+    takes one unit, so every number a bucket stores stays an exact integer (a float sum at
+    epoch-sized magnitudes would round, and could round in the client's favour).
+    """
     step = cost * scale
-    if isinstance(step, float) and step.is_integer():
-        return int(step)
-    return step
+    if isinstance(step, int):
+        return step
+    return math.ceil(step)

@@ -19,7 +19,9 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
     window = now // period
     count = state[1] if state is not None and state[0] == window else 0
     until_next_window = (window + 1) * period - now
-    if count + cost <= limit.amount:
+    # cost <= amount - count, not count + cost <= amount: a tiny fractional cost must not
+    # vanish in the rounding of a sum and pass a full window.
+    if cost <= limit.amount - count:
         count += cost
         reset = until_next_window if count else 0
         return Outcome(

@@ -31,16 +31,19 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
         elif state[0] == window - 1:
             previous = state[1]
     estimate = _estimate(current, previous, elapsed, period)
-    if estimate + cost <= limit.amount:
+    # cost <= amount - estimate, not estimate + cost <= amount: a tiny fractional cost must not
+    # vanish in the rounding of a sum and pass a full window.
+    amount = limit.amount
+    if cost <= amount - estimate:
         current += cost
-        reset = _wait_until_at_most(0, current, previous, elapsed, period)
+        reset = _wait_until_fits(amount, amount, current, previous, elapsed, period)
         ttl = 2 * period - elapsed if current else period - elapsed
         remaining = limit.amount - estimate - cost
         return Outcome(True, limit.amount, remaining, reset, 0, 0, (window, current, previous), ttl)
     retry: float = NEVER
     if cost <= limit.amount:
-        retry = _wait_until_at_most(limit.amount - cost, current, previous, elapsed, period)
-    reset = _wait_until_at_most(0, current, previous, elapsed, period)
+        retry = _wait_until_fits(cost, amount, current, previous, elapsed, period)
+    reset = _wait_until_fits(amount, amount, current, previous, elapsed, period)
     remaining = max(0, limit.amount - estimate)
     return Outcome(False, limit.amount, remaining, reset, retry, 0, None, 0)
 
@@ -50,32 +53,43 @@ def _estimate(current: float, previous: float, elapsed: int, period: int) -> flo
     return current + math.floor(previous * (period - elapsed) / period)
 
 
-def _wait_until_at_most(
-    target: float, current: float, previous: float, elapsed: int, period: int
+def _wait_until_fits(
+    cost: float, amount: int, current: float, previous: float, elapsed: int, period: int
 ) -> int:
-    """Microseconds until the estimate first drops to ``target`` or below."""
-    if _estimate(current, previous, elapsed, period) <= target:
+    """Microseconds until a request of ``cost`` passes (``cost <= amount - estimate``).
+
+    With ``cost = amount`` this is the time until the quota is fully restored. The caller
+    guarantees ``cost <= amount``, so it always passes by the end of the next window.
+    """
+
+    def fits(cur: float, prev: float) -> Callable[[int], bool]:
+        return lambda e: cost <= amount - _estimate(cur, prev, e, period)
+
+    if fits(current, previous)(elapsed):
         return 0
-    if current <= target:
-        # Still inside this window: solve floor(previous * (period - e) / period) <= target - cur.
-        # floor(x) <= a holds exactly when x < floor(a) + 1; flooring a fractional allowance
-        # here keeps the guess within a microsecond or two of the answer (a raw fractional
-        # allowance would start the walk up to a whole window early).
-        allowance = math.floor(target - current)
-        guess = math.floor(period - (allowance + 1) * period / previous) + 1
-        at = _first_true(
-            lambda e: _estimate(current, previous, e, period) <= target,
-            max(guess, elapsed),
-            elapsed,
-        )
+    target = amount - cost  # for the closed-form guesses only; fits() decides
+    if cost <= amount - current:
+        # It fits within this window, at the first e where the weighted previous count has
+        # dropped to target - current.
+        guess = _guess(target - current, previous, period)
+        at = _first_true(fits(current, previous), max(guess, elapsed), elapsed)
         if at < period:
             return at - elapsed
     # In the next window the current count becomes the weighted previous one.
     if current == 0:
         return period - elapsed
-    guess = math.floor(period - (math.floor(target) + 1) * period / current) + 1
-    at = _first_true(lambda e: _estimate(0, current, e, period) <= target, max(guess, 0), 0)
+    guess = _guess(target, current, period)
+    at = _first_true(fits(0, current), max(guess, 0), 0)
     return period - elapsed + min(at, period)
+
+
+def _guess(allowance: float, count: float, period: int) -> int:
+    """Near the first e with ``floor(count * (period - e) / period) <= allowance``."""
+    if count < 1:
+        return 0  # the weighted count is already 0 (and a tiny count would overflow below)
+    # floor(x) <= a holds exactly when x < floor(a) + 1; flooring a fractional allowance
+    # keeps the guess within a microsecond or two of the answer.
+    return math.floor(period - (math.floor(allowance) + 1) * period / count) + 1
 
 
 def _first_true(predicate: Callable[[int], bool], guess: int, low: int) -> int:

@@ -20,7 +20,7 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
     # An entry logged at t stops counting at t + period exactly.
     entries = [entry for entry in state if entry[0] > horizon] if state else []
     used = sum(entry[1] for entry in entries)
-    if used + cost <= limit.amount:
+    if cost <= limit.amount - used:  # not used + cost: see fixed_window
         if cost:
             entries.append((now, cost))
             used += cost
@@ -29,15 +29,21 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
     reset = entries[-1][0] + period - now if entries else 0
     retry: float = NEVER
     if cost <= limit.amount:
-        # Wait until enough of the oldest entries have left the window.
+        # Wait until the oldest k entries have left the window, for the smallest k that frees
+        # enough. The running subtraction finds k; fractional costs can round it off by one,
+        # so it is settled with the very test decide() will apply then.
+        def fits_without(k: int) -> bool:
+            left: float = sum(entry[1] for entry in entries[k:])
+            return cost <= limit.amount - left
+
         to_free = used + cost - limit.amount
-        for timestamp, entry_cost in entries:
-            to_free -= entry_cost
-            if to_free <= 0:
-                retry = timestamp + period - now
-                break
-        else:
-            # Only float rounding of fractional costs gets here; once every entry has left
-            # the window the request passes, since its cost fits the limit.
-            retry = entries[-1][0] + period - now
+        k = 0
+        while k < len(entries) and to_free > 0:
+            to_free -= entries[k][1]
+            k += 1
+        while k < len(entries) and not fits_without(k):
+            k += 1
+        while k > 1 and fits_without(k - 1):
+            k -= 1
+        retry = entries[k - 1][0] + period - now
     return Outcome(False, limit.amount, limit.amount - used, reset, retry, 0, None, 0)

@@ -45,9 +45,9 @@ class _Entry(NamedTuple):
 class DenyCache:
     """Denied (key, limit) states, answered locally until they could pass.
 
-        cache = DenyCache(max_entries=10_000)
-        outcomes = cache.answer(storage_keys, checks, local_now_us)   # None: ask Redis
-        cache.record(storage_keys, checks, outcomes, states, server_now, t0, t1)
+    cache = DenyCache(max_entries=10_000)
+    outcomes = cache.answer(storage_keys, checks, local_now_us)   # None: ask Redis
+    cache.record(storage_keys, checks, outcomes, states, server_now, t0, t1)
     """
 
     def __init__(self, max_entries: int = 10_000) -> None:

@@ -11,18 +11,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 try:
     import redis.asyncio as aioredis
     from redis.exceptions import NoScriptError, RedisError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        'RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"'
-    ) from exc
+    raise ImportError('RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"') from exc
 
 from ..algorithms import Outcome
 from ..clock import Clock
@@ -31,15 +30,14 @@ from ..rates import Limit
 from .base import Check
 from .circuit import CircuitBreaker
 from .deny_cache import DenyCache
-from .redis_script import SCRIPT, SCRIPT_SHA, Mode, decode, encode
+from .redis_cluster import run_across_slots
+from .redis_script import EXACT_LIMIT, SCRIPT, SCRIPT_SHA, Mode, decode, encode, validate_limit
 
 __all__ = ["EXACT_LIMIT", "RedisBackend"]
 
 logger = logging.getLogger("asgi_ratelimit")
+_T = TypeVar("_T")
 
-#: Lua numbers are doubles: every product the scripts form stays below this to stay exact.
-EXACT_LIMIT = 2**53
-_COUNTER_ALGORITHMS = frozenset({"fixed_window", "sliding_window_log"})
 #: Seconds allowed for the first call, which opens connections (and maps a cluster's slots).
 _FIRST_CALL_BUDGET = 2.0
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -156,23 +154,7 @@ class RedisBackend:
     def circuit(self) -> CircuitBreaker:
         return self._breaker
 
-    @staticmethod
-    def validate_limit(limit: Limit) -> Limit:
-        """Refuse a limit whose arithmetic would not be exact in Lua's 64-bit floats.
-
-        The bucket kinds and the sliding window counter multiply the capacity by the period
-        in microseconds; that product must stay below 2^53 (about 100,000 per day). Fixed
-        windows and the sliding log have no such product.
-        """
-        if limit.algorithm in _COUNTER_ALGORITHMS or limit.burst * limit.period_us < EXACT_LIMIT:
-            return limit
-        most = (EXACT_LIMIT - 1) // limit.period_us
-        raise ConfigurationError(
-            f"limit {limit!r}: {limit.burst} per {limit.period} s is too fine for exact "
-            f"arithmetic in Redis (capacity x period must stay below 2^53 us): use at most "
-            f"{most} per {limit.period} s, a shorter period with a proportional amount, or "
-            "algorithm='fixed_window' or 'sliding_window_log'"
-        )
+    validate_limit = staticmethod(validate_limit)
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -270,7 +252,7 @@ class RedisBackend:
         if not checks:
             return []
         for check in checks:
-            self.validate_limit(check.limit)
+            validate_limit(check.limit)
         storage_keys = [self._storage_key(check) for check in checks]
         cache = self.deny_cache
         if cache is not None:
@@ -290,17 +272,23 @@ class RedisBackend:
                 cache.record(storage_keys, checks, outcomes, states, now_us, sent_at, received_at)
         return outcomes
 
-    async def _guarded(self, call: Any) -> Any:
+    async def _guarded(self, call: Coroutine[Any, Any, _T]) -> _T:
         """Run one storage call within the budget, through the circuit breaker."""
         if not self._breaker.allow():
             call.close()
             raise BackendError(f"{self!r}: circuit open after repeated failures; not calling")
         try:
             budget = self.timeout if self._warm else max(self.timeout, _FIRST_CALL_BUDGET)
-            result = await asyncio.wait_for(call, budget)
+            if sys.version_info >= (3, 11):
+                async with asyncio.timeout(budget):  # no extra task per call
+                    result = await call
+            else:  # pragma: no cover - Python 3.10
+                result = await asyncio.wait_for(call, budget)
         except asyncio.TimeoutError as exc:
             self._breaker.failure()
-            raise BackendError(f"redis call exceeded its {self.timeout * 1000:g} ms budget") from exc
+            raise BackendError(
+                f"redis call exceeded its {self.timeout * 1000:g} ms budget"
+            ) from exc
         except (RedisError, OSError) as exc:
             self._breaker.failure()
             raise BackendError(f"redis failed: {type(exc).__name__}: {exc}") from exc
@@ -313,10 +301,15 @@ class RedisBackend:
     ) -> tuple[int, list[Outcome], list[Any] | None]:
         now_us = None if self._clock is None else round(self._clock() * 1_000_000)
         want_state = self.deny_cache is not None
-        if self._cluster:
-            slots = {self._client.keyslot(key) for key in storage_keys}  # type: ignore[union-attr]
-            if len(slots) > 1:
-                return await self._run_across_slots(mode, checks, storage_keys, now_us)
+        client = self._client
+        # Keys of several identities may sit on several Cluster slots: no script can span them.
+        if (
+            isinstance(client, aioredis.RedisCluster)
+            and len({client.keyslot(key) for key in storage_keys}) > 1
+        ):
+            return await run_across_slots(
+                self._eval, client.keyslot, mode, checks, storage_keys, now_us
+            )
         reply = await self._eval(mode, checks, storage_keys, now_us, want_state)
         return decode(reply, checks)
 
@@ -329,60 +322,14 @@ class RedisBackend:
         want_state: bool = False,
     ) -> Any:
         keys = list(storage_keys)
-        _, args = encode(
-            mode, checks, lambda c: "", now_us=now_us, want_state=want_state,
-            ttl_margin_ms=self._ttl_margin_ms,
-        )  # fmt: skip
+        args = encode(
+            mode, checks, now_us=now_us, want_state=want_state, ttl_margin_ms=self._ttl_margin_ms
+        )
         try:
-            return await self._client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)  # type: ignore[misc]
+            return await self._client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
         except NoScriptError:
             # After a restart or SCRIPT FLUSH: EVAL runs the script and caches it again.
-            return await self._client.eval(SCRIPT, len(keys), *keys, *args)  # type: ignore[misc]
-
-    async def _run_across_slots(
-        self,
-        mode: Mode,
-        checks: Sequence[Check],
-        storage_keys: Sequence[str],
-        now_us: int | None,
-    ) -> tuple[int, list[Outcome], None]:
-        """Checks on several Cluster slots: check everywhere, then commit slot by slot.
-
-        One script cannot span slots, so all-or-nothing is kept by a peek of every slot
-        (in parallel), then a hit per slot in slot order; if a slot denies in between (a
-        concurrent request took the last unit), the slots already committed are refunded.
-        """
-        groups: dict[int, list[int]] = {}
-        for index, key in enumerate(storage_keys):
-            groups.setdefault(self._client.keyslot(key), []).append(index)  # type: ignore[union-attr]
-        ordered = [groups[slot] for slot in sorted(groups)]
-
-        async def run(group: list[int], group_mode: Mode, at: int | None) -> tuple[int, Any]:
-            sub = [checks[i] for i in group]
-            reply = await self._eval(group_mode, sub, [storage_keys[i] for i in group], at)
-            now, outcomes, _ = decode(reply, sub)
-            return now, outcomes
-
-        outcomes: list[Outcome | None] = [None] * len(checks)
-        peeks = await asyncio.gather(*(run(group, "peek", now_us) for group in ordered))
-        for group, (_, group_outcomes) in zip(ordered, peeks, strict=True):
-            for i, outcome in zip(group, group_outcomes, strict=True):
-                outcomes[i] = outcome
-        last_now = max(now for now, _ in peeks)
-        if mode == "peek" or not all(o is not None and o.allowed for o in outcomes):
-            return last_now, [o for o in outcomes if o is not None], None
-        committed: list[tuple[list[int], int]] = []
-        for group in ordered:
-            now, group_outcomes = await run(group, "hit", now_us)
-            for i, outcome in zip(group, group_outcomes, strict=True):
-                outcomes[i] = outcome
-            if not all(o.allowed for o in group_outcomes):
-                for done, at in committed:
-                    await self._eval("refund", [checks[i] for i in done],
-                                     [storage_keys[i] for i in done], at)  # fmt: skip
-                break
-            committed.append((group, now))
-        return last_now, [o for o in outcomes if o is not None], None
+            return await self._client.eval(SCRIPT, len(keys), *keys, *args)
 
 
 def _glob_escape(text: str) -> str:

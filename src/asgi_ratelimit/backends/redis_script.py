@@ -4,30 +4,33 @@ One script (``lua/ratelimit.lua``) decides every check of a request, whatever th
 algorithms, so a request costs one EVALSHA. This module turns `Check` objects into the
 script's KEYS/ARGV and its reply (strings, so floats survive) back into `Outcome` objects.
 
-    keys, args = encode("hit", checks, key_for, now_us=None)
-    reply = await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
+    args = encode("hit", checks, now_us=None)
+    reply = await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)   # one key per check
     now_us, outcomes, snapshots = decode(reply, checks)
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Literal
 
 from ..algorithms import Outcome, State
+from ..errors import ConfigurationError
 from ..rates import Limit
 from .base import Check
 
 __all__ = [
     "ALGORITHM_CODES",
+    "EXACT_LIMIT",
     "SCRIPT",
     "SCRIPT_SHA",
     "Mode",
     "decode",
     "encode",
     "parse_state",
+    "validate_limit",
 ]
 
 SCRIPT: str = resources.files(__package__).joinpath("lua/ratelimit.lua").read_text("utf-8")
@@ -45,18 +48,38 @@ ALGORITHM_CODES = {
 }
 _FIELDS_PER_CHECK = 7
 
+#: Lua numbers are doubles: every product the script forms stays below this to stay exact.
+EXACT_LIMIT = 2**53
+_COUNTER_ALGORITHMS = frozenset({"fixed_window", "sliding_window_log"})
+
+
+def validate_limit(limit: Limit) -> Limit:
+    """Refuse a limit whose arithmetic would not be exact in Lua's 64-bit floats.
+
+    The bucket kinds and the sliding window counter multiply the capacity by the period in
+    microseconds; that product must stay below 2^53 (about 100,000 per day). Fixed windows
+    and the sliding log form no such product.
+    """
+    if limit.algorithm in _COUNTER_ALGORITHMS or limit.burst * limit.period_us < EXACT_LIMIT:
+        return limit
+    most = (EXACT_LIMIT - 1) // limit.period_us
+    raise ConfigurationError(
+        f"limit {limit!r}: {limit.burst} per {limit.period} s is too fine for exact "
+        f"arithmetic in Redis (capacity x period must stay below 2^53 us): use at most "
+        f"{most} per {limit.period} s, a shorter period with a proportional amount, or "
+        "algorithm='fixed_window' or 'sliding_window_log'"
+    )
+
 
 def encode(
     mode: Mode,
     checks: Sequence[Check],
-    key_for: Callable[[Check], str],
     *,
     now_us: int | None,
     want_state: bool = False,
     ttl_margin_ms: int = 0,
-) -> tuple[list[str], list[str]]:
-    """KEYS and ARGV for one script call (see the header of ``ratelimit.lua``)."""
-    keys = [key_for(check) for check in checks]
+) -> list[str]:
+    """ARGV for one script call (see the header of ``ratelimit.lua``); KEYS are the callers'."""
     args = [mode, "" if now_us is None else str(now_us), "1" if want_state else "0"]
     args.append(str(ttl_margin_ms))
     for check in checks:
@@ -69,7 +92,7 @@ def encode(
             # repr() of a float is the shortest text that reads back as the same double.
             repr(check.cost) if isinstance(check.cost, float) else str(check.cost),
         ]
-    return keys, args
+    return args
 
 
 def decode(

@@ -6,13 +6,12 @@ misbehaving middleware) put in the scope, so nothing here may raise on odd input
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["header_values"]
 
 
-def header_values(scope: Mapping[str, Any] | Any, name: bytes) -> list[bytes]:
+def header_values(scope: Any, name: bytes) -> list[bytes]:
     """Every value of header ``name`` (lower-case bytes), in the order the client sent them.
 
     Entries that are not ``(bytes, bytes)`` pairs are skipped rather than trusted.

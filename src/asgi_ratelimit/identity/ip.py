@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -91,10 +92,7 @@ class ClientIP:
         """The storage key of an address: ``ip:203.0.113.7``, ``ip:2001:db8:1:2::/64``."""
         if address is None:
             return "ip:unknown"
-        if address.version == 4:
-            return f"ip:{address}"
-        network = ipaddress.IPv6Network((int(address), self.ipv6_prefix), strict=False)
-        return f"ip:{network}"
+        return _address_key(address, self.ipv6_prefix)
 
     def is_trusted(self, address: IPAddress) -> bool:
         """True when ``address`` is one of the configured proxies."""
@@ -139,8 +137,13 @@ class ClientIP:
         return current
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_address(text: str) -> IPAddress | None:
-    """An IP address from ``text``, IPv4-mapped IPv6 folded to IPv4; None if it is not one."""
+    """An IP address from ``text``, IPv4-mapped IPv6 folded to IPv4; None if it is not one.
+
+    Cached: ``ipaddress`` parsing is the bulk of a request's identity cost, and the same few
+    peers (proxies above all) come back on every request. Addresses are immutable.
+    """
     try:
         address = ipaddress.ip_address(text)
     except ValueError:
@@ -151,6 +154,13 @@ def parse_address(text: str) -> IPAddress | None:
         if address.ipv4_mapped is not None:
             return address.ipv4_mapped
     return address
+
+
+@functools.lru_cache(maxsize=4096)
+def _address_key(address: IPAddress, ipv6_prefix: int) -> str:
+    if address.version == 4:
+        return f"ip:{address}"
+    return f"ip:{ipaddress.IPv6Network((int(address), ipv6_prefix), strict=False)}"
 
 
 def _peer_address(scope: Mapping[str, Any]) -> IPAddress | None:

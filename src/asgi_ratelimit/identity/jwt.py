@@ -217,7 +217,7 @@ class JWTSubject:
             return found
         if self._lock.locked():
             if found is not None:
-                pass  # a refresh is on its way; the cached key is still good meanwhile
+                return found  # a refresh is on its way; the cached key is still good meanwhile
             async with self._lock:  # the fetch in flight may bring this kid: wait for it
                 return _find(self._jwks, kid)
         if now >= self._next_fetch_at:

@@ -49,6 +49,11 @@ local function ceil_div(n, d)
   return ceil(n / d)
 end
 
+-- algorithms/base.py scaled_cost: cost * scale in whole units, rounded up.
+local function scaled_cost(cost, scale)
+  return ceil(cost * scale)
+end
+
 -- fixed window -------------------------------------------------------------------------------
 local function fixed_window(state, now, amount, period, burst, cost)
   local window = floordiv(now, period)
@@ -58,7 +63,8 @@ local function fixed_window(state, now, amount, period, burst, cost)
   end
   local until_next = (window + 1) * period - now
   local reset = 0
-  if count + cost <= amount then
+  -- cost <= amount - count, not count + cost <= amount: a tiny cost must not vanish in a sum.
+  if cost <= amount - count then
     count = count + cost
     if count ~= 0 then reset = until_next end
     return {true, amount - count, reset, 0, 0, {window, count}, reset}
@@ -83,7 +89,7 @@ local function sliding_window_log(state, now, amount, period, burst, cost)
     end
   end
   local reset = 0
-  if used + cost <= amount then
+  if cost <= amount - used then
     if cost ~= 0 then
       entries[#entries + 1] = {now, cost, false}
       used = used + cost
@@ -94,14 +100,23 @@ local function sliding_window_log(state, now, amount, period, burst, cost)
   if #entries > 0 then reset = entries[#entries][1] + period - now end
   local retry = huge
   if cost <= amount then
-    local to_free = used + cost - amount
-    for _, entry in ipairs(entries) do
-      to_free = to_free - entry[2]
-      if to_free <= 0 then
-        retry = entry[1] + period - now
-        break
-      end
+    -- The smallest k such that the request fits once the oldest k entries have left.
+    local function fits_without(k)
+      local left = 0
+      for j = k + 1, #entries do left = left + entries[j][2] end
+      return cost <= amount - left
     end
+    local to_free = used + cost - amount
+    local k = 0
+    while k < #entries and to_free > 0 do
+      to_free = to_free - entries[k + 1][2]
+      k = k + 1
+    end
+    while k < #entries and not fits_without(k) do k = k + 1 end
+    while k > 1 and fits_without(k - 1) do k = k - 1 end
+    local index = k
+    if index == 0 then index = #entries end  -- Python's entries[-1]
+    retry = entries[index][1] + period - now
   end
   return {false, amount - used, reset, retry, 0, nil, 0}
 end
@@ -118,16 +133,23 @@ local function first_true(predicate, guess, low)
   return at
 end
 
-local function wait_until_at_most(target, current, previous, elapsed, period)
-  if estimate(current, previous, elapsed, period) <= target then
+local function guess_at(allowance, count, period)
+  if count < 1 then return 0 end
+  return floor(period - (floor(allowance) + 1) * period / count) + 1
+end
+
+-- Microseconds until a request of cost passes (cost <= amount - estimate).
+local function wait_until_fits(cost, amount, current, previous, elapsed, period)
+  local function fits(cur, prev)
+    return function(e) return cost <= amount - estimate(cur, prev, e, period) end
+  end
+  if fits(current, previous)(elapsed) then
     return 0
   end
-  if current <= target then
-    local allowance = target - current
-    local guess = floor(period - (allowance + 1) * period / previous) + 1
-    local at = first_true(function(e)
-      return estimate(current, previous, e, period) <= target
-    end, math.max(guess, elapsed), elapsed)
+  local target = amount - cost
+  if cost <= amount - current then
+    local guess = guess_at(target - current, previous, period)
+    local at = first_true(fits(current, previous), math.max(guess, elapsed), elapsed)
     if at < period then
       return at - elapsed
     end
@@ -135,10 +157,8 @@ local function wait_until_at_most(target, current, previous, elapsed, period)
   if current == 0 then
     return period - elapsed
   end
-  local guess = floor(period - (target + 1) * period / current) + 1
-  local at = first_true(function(e)
-    return estimate(0, current, e, period) <= target
-  end, math.max(guess, 0), 0)
+  local guess = guess_at(target, current, period)
+  local at = first_true(fits(0, current), math.max(guess, 0), 0)
   return period - elapsed + math.min(at, period)
 end
 
@@ -154,18 +174,18 @@ local function sliding_window_counter(state, now, amount, period, burst, cost)
     end
   end
   local est = estimate(current, previous, elapsed, period)
-  if est + cost <= amount then
+  if cost <= amount - est then
     current = current + cost
-    local reset = wait_until_at_most(0, current, previous, elapsed, period)
+    local reset = wait_until_fits(amount, amount, current, previous, elapsed, period)
     local ttl = period - elapsed
     if current ~= 0 then ttl = 2 * period - elapsed end
     return {true, amount - est - cost, reset, 0, 0, {window, current, previous}, ttl}
   end
   local retry = huge
   if cost <= amount then
-    retry = wait_until_at_most(amount - cost, current, previous, elapsed, period)
+    retry = wait_until_fits(cost, amount, current, previous, elapsed, period)
   end
-  local reset = wait_until_at_most(0, current, previous, elapsed, period)
+  local reset = wait_until_fits(amount, amount, current, previous, elapsed, period)
   return {false, math.max(0, amount - est), reset, retry, 0, nil, 0}
 end
 
@@ -183,7 +203,7 @@ local function token_bucket(state, now, amount, period, burst, cost)
       last = now
     end
   end
-  local needed = cost * period
+  local needed = scaled_cost(cost, period)
   if needed <= level then
     level = level - needed
     local reset = ceil_div(full - level, amount)
@@ -208,7 +228,7 @@ end
 local function gcra(state, now, amount, period, burst, cost)
   local tolerance = burst * period
   local rel = backlog_now(state, now, amount)
-  local backlog = rel + cost * period
+  local backlog = rel + scaled_cost(cost, period)
   if backlog <= tolerance then
     local reset = ceil_div(backlog, amount)
     return {true, floordiv(tolerance - backlog, period), reset, 0, 0, {backlog, now}, reset}
@@ -221,14 +241,15 @@ end
 local function leaky_bucket(state, now, amount, period, burst, cost)
   local capacity = burst * period
   local queued = backlog_now(state, now, amount)
-  if queued + cost * period <= capacity then
+  local step = scaled_cost(cost, period)
+  if queued + step <= capacity then
     local delay = ceil_div(queued, amount)
-    local backlog = queued + cost * period
+    local backlog = queued + step
     local reset = ceil_div(backlog, amount)
     return {true, floordiv(capacity - backlog, period), reset, 0, delay, {backlog, now}, reset}
   end
   local retry = huge
-  if cost <= burst then retry = ceil_div(queued + cost * period - capacity, amount) end
+  if cost <= burst then retry = ceil_div(queued + step - capacity, amount) end
   return {false, floordiv(capacity - queued, period), ceil_div(queued, amount), retry, 0, nil, 0}
 end
 
@@ -310,9 +331,9 @@ local function refund(key, code, now, amount, period, burst, cost)
       return
     end
   elseif code == 4 then
-    state[1] = math.min(burst * period, state[1] + cost * period)
+    state[1] = math.min(burst * period, state[1] + scaled_cost(cost, period))
   else
-    state[1] = math.max(0, state[1] - cost * period)
+    state[1] = math.max(0, state[1] - scaled_cost(cost, period))
   end
   local parts = {}
   for i, value in ipairs(state) do parts[i] = fmt(value) end

@@ -1,0 +1,76 @@
+"""Redis Cluster: a request whose keys live on several hash slots.
+
+All limits of one identity share a hash tag, so the common request (one identity, any number
+of limits) is one script call on one node. A request mixing identities (a per-IP rule, a
+global rule, a per-user rule) spans slots, and no script can: this module keeps it
+all-or-nothing with a peek of every slot, then a hit per slot, refunding on a late denial.
+
+    now_us, outcomes, _ = await run_across_slots(evaluate, client.keyslot, "hit", checks,
+                                                 storage_keys, now_us=None)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from ..algorithms import Outcome
+from .base import Check
+from .redis_script import Mode, decode
+
+__all__ = ["run_across_slots"]
+
+Evaluate = Callable[[Mode, Sequence[Check], Sequence[str], "int | None"], Awaitable[Any]]
+
+
+async def run_across_slots(
+    evaluate: Evaluate,
+    keyslot: Callable[[str], int],
+    mode: Mode,
+    checks: Sequence[Check],
+    storage_keys: Sequence[str],
+    now_us: int | None,
+) -> tuple[int, list[Outcome], None]:
+    """Decide checks spread over several slots; ``(last server now, outcomes, None)``.
+
+    First a peek of every slot, in parallel: if any check denies, that is the answer and
+    nothing was consumed. Otherwise a hit per slot, in slot order; if a slot denies after all
+    (a concurrent request took the last unit in between), the slots already committed are
+    refunded, so the request ends up counted nowhere. During that sub-millisecond window a
+    concurrent request may see the units that are about to be refunded (it may be denied
+    where a single-node Redis would have let it pass; it is never let through wrongly).
+    """
+    groups: dict[int, list[int]] = {}
+    for index, key in enumerate(storage_keys):
+        groups.setdefault(keyslot(key), []).append(index)
+    ordered = [groups[slot] for slot in sorted(groups)]
+
+    async def run(group: list[int], group_mode: Mode, at: int | None) -> tuple[int, Any]:
+        sub = [checks[i] for i in group]
+        reply = await evaluate(group_mode, sub, [storage_keys[i] for i in group], at)
+        now, outcomes, _ = decode(reply, sub)
+        return now, outcomes
+
+    outcomes: list[Outcome | None] = [None] * len(checks)
+    peeks = await asyncio.gather(*(run(group, "peek", now_us) for group in ordered))
+    for group, (_, group_outcomes) in zip(ordered, peeks, strict=True):
+        for i, outcome in zip(group, group_outcomes, strict=True):
+            outcomes[i] = outcome
+    last_now = max(now for now, _ in peeks)
+    if mode == "peek" or not all(o is not None and o.allowed for o in outcomes):
+        return last_now, [o for o in outcomes if o is not None], None
+    committed: list[tuple[list[int], int]] = []
+    for group in ordered:
+        now, group_outcomes = await run(group, "hit", now_us)
+        for i, outcome in zip(group, group_outcomes, strict=True):
+            outcomes[i] = outcome
+        if not all(o.allowed for o in group_outcomes):
+            for done, at in committed:
+                await evaluate(
+                    "refund", [checks[i] for i in done], [storage_keys[i] for i in done], at
+                )
+            break
+        committed.append((group, now))
+        last_now = now
+    return last_now, [o for o in outcomes if o is not None], None

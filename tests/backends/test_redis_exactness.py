@@ -1,0 +1,54 @@
+"""Several OS processes hammering one key admit exactly the limit, on one node and a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+pytestmark = pytest.mark.redis
+
+PROCESSES = 4
+ATTEMPTS = 60  # per process, in concurrent batches
+
+
+def _hammer(url: str, prefix: str, algorithm: str) -> int:
+    """One worker process: fire ATTEMPTS concurrent requests, return how many passed."""
+    from asgi_ratelimit.backends.base import Check
+    from asgi_ratelimit.backends.redis import RedisBackend
+    from asgi_ratelimit.rates import Limit
+
+    async def run() -> int:
+        # The server's clock (no clock passed), a generous budget: this is about exactness.
+        async with RedisBackend.from_url(url, prefix=prefix, timeout=5.0) as backend:
+            limit = Limit("50/hour", algorithm=algorithm)  # type: ignore[arg-type]
+            check = [Check("hot-key", limit)]
+            outcomes = await asyncio.gather(*(backend.hit(check) for _ in range(ATTEMPTS)))
+            return sum(outcome[0].allowed for outcome in outcomes)
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[ProcessPoolExecutor]:
+    # Spawned (not forked) workers: fresh interpreters, no event loop or socket inherited.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(PROCESSES, mp_context=context) as executor:
+        yield executor
+
+
+@pytest.mark.parametrize("algorithm", ["token_bucket", "sliding_window_log", "gcra"])
+@pytest.mark.parametrize("target", ["redis", pytest.param("redis-cluster", id="redis-cluster")])
+def test_processes_admit_exactly_the_limit(
+    request: pytest.FixtureRequest, pool: ProcessPoolExecutor, target: str, algorithm: str
+) -> None:
+    url = request.getfixturevalue("redis_url" if target == "redis" else "redis_cluster_url")
+    prefix = f"x{uuid.uuid4().hex[:10]}:"
+    futures = [pool.submit(_hammer, url, prefix, algorithm) for _ in range(PROCESSES)]
+    admitted = [future.result(timeout=60) for future in futures]
+    # 240 attempts within a second or two; 50/hour refills one unit per 72 s: exactly 50.
+    assert sum(admitted) == 50
