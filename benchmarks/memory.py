@@ -113,12 +113,14 @@ async def our_redis_per_key(url: str, n: int) -> dict[str, dict[str, float]] | s
     return result
 
 
-async def redis_per_client(url: str, n: int) -> dict[str, dict[str, float] | str]:
-    """``MEMORY USAGE`` summed over every key each Redis contender leaves per client."""
+async def redis_per_client(url: str, n: int) -> dict[str, dict[str, Any] | str]:
+    """Per client, for each Redis contender: ``MEMORY USAGE`` summed over the keys it leaves,
+    and the commands and server-side microseconds (``INFO commandstats``) each request costs.
+    """
     import redis.asyncio
 
     client = redis.asyncio.Redis.from_url(url)
-    result: dict[str, dict[str, float] | str] = {}
+    result: dict[str, dict[str, Any] | str] = {}
     ips = client_ips(n, start=3_000_000)
     try:
         for contender in CONTENDERS:
@@ -130,12 +132,27 @@ async def redis_per_client(url: str, n: int) -> dict[str, dict[str, float] | str
             except Unavailable as exc:
                 result[contender.name] = f"not measured: {exc}"
                 continue
+            await run_batch(built, client_ips(20, start=3_900_000), 0, 20)  # script loads
+            await client.config_resetstat()
             outcomes = await run_batch(built, ips, 0, n)
+            stats = await client.info("commandstats")
             await built.aclose()
             if outcomes != {"200": n}:
                 raise RuntimeError(f"{contender.name}: answered {dict(outcomes)}")
             total, keys = await _usage(client)
-            result[contender.name] = {"bytes": total / n, "keys": keys / n}
+            # What Redis itself spends per request (commands, scripts), from its own counters:
+            # the part of a round trip no client-side work can remove.
+            calls = sum(v["calls"] for v in stats.values())
+            usec = sum(v["usec"] for v in stats.values())
+            result[contender.name] = {
+                "bytes": total / n,
+                "keys": keys / n,
+                "commands": calls / n,
+                "server_us": usec / n,
+                "by_command": {
+                    k.removeprefix("cmdstat_"): round(v["usec"] / n, 2) for k, v in stats.items()
+                },
+            }
     finally:
         await client.flushdb()
         await client.aclose()

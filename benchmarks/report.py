@@ -182,7 +182,9 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         "",
         "Every number below was measured side by side in this one run, interleaved",
         "(A B C ... A B C ...), so machine noise mostly cancels: read them as ratios.",
-        "Chart: [benchmarks.png](benchmarks.png); raw data: [benchmarks.json](benchmarks.json).",
+        "Chart: [benchmarks.png](benchmarks.png); raw data: [benchmarks.json](benchmarks.json);",
+        "where the time goes and what would remove it:",
+        "[performance-notes.md](performance-notes.md).",
         "",
         "## Targets (issue 5)",
         "",
@@ -208,12 +210,14 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             backend, scenario = key.split("/")
             lines += ["", f"### {backend}: {SCENARIOS[scenario]}", ""]
             lines += _table_lines(rows, backend == "redis", scenario == "denied")
+            lines += ["", _spread(rows)]
         if inproc.get("unavailable"):
             lines += ["", "Not measured in this run:", ""]
             lines += [f"- {name}: {why}" for name, why in inproc["unavailable"].items()]
         if inproc.get("problems"):
             lines += ["", "Unexpected answers (a row that did not limit as configured):", ""]
             lines += [f"- {p}" for p in inproc["problems"]]
+    lines += _breakdown_lines(results.get("breakdown"))
     memory = results.get("memory")
     if memory:
         lines += _memory_lines(memory)
@@ -253,9 +257,54 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             "```",
             *_trim_profile(profile["memory"]),
             "```",
+            "",
+            f"{profile['requests'] // 10} allowed requests, Redis backend:",
+            "",
+            "```",
+            *_trim_profile(profile["redis"]),
+            "```",
         ]
     lines += ["", *_peer_notes()]
     path.write_text("\n".join(lines) + "\n")
+
+
+def _breakdown_lines(data: dict[str, Any] | None) -> list[str]:
+    if not data:
+        return []
+    lines = ["", "## Our middleware by stage (memory backend, one rule, allowed)", ""]
+    if "error" in data:
+        return [*lines, f"Not measured: {data['error']}"]
+    lines += [
+        "The same app with one stage replaced by a constant answer taken from a real request;",
+        "what a variant saves is what that stage costs. Median and best of "
+        f"{data['rounds']} interleaved rounds of {data['per_batch']} requests.",
+        "",
+        "| variant | us/request (median) | best round |",
+        "|---|---:|---:|",
+    ]
+    lines += [
+        f"| {name} | {row['median_us']:.1f} | {row['best_us']:.1f} |"
+        for name, row in data["variants"].items()
+    ]
+    lines += ["", "| stage | costs (median) | costs (best rounds) |", "|---|---:|---:|"]
+    lines += [
+        f"| {name} | {row['median_us']:.1f} us | {row['best_us']:.1f} us |"
+        for name, row in data["stages"].items()
+    ]
+    return lines
+
+
+def _spread(rows: list[dict[str, Any]]) -> str:
+    """How noisy the table's rounds were: the bare app's quartiles, which should not move."""
+    bare = next((r for r in rows if r["kind"] == "bare"), None)
+    if bare is None or len(bare["rounds_us"]) < 4:
+        return ""
+    values = sorted(bare["rounds_us"])
+    q1, q3 = values[len(values) // 4], values[(3 * len(values)) // 4]
+    return (
+        f"Noise: the bare Starlette app's rounds ranged {values[0]:.1f}-{values[-1]:.1f} us "
+        f"(quartiles {q1:.1f}-{q3:.1f}) over {len(values)} rounds."
+    )
 
 
 def _trim_profile(text: str, rows: int = 22) -> list[str]:
@@ -291,12 +340,23 @@ def _memory_lines(memory: dict[str, Any]) -> list[str]:
         lines += [f"| {a} | {v['bytes']:.0f} | {v['keys']:.0f} |" for a, v in ours_redis.items()]
     else:
         lines.append(f"Ours: {ours_redis}")
-    lines += ["", "| contender (Redis) | bytes per client | keys |", "|---|---:|---:|"]
+    lines += [
+        "",
+        "Per new client through each Redis app: memory left in Redis, and what Redis itself",
+        "spent (`INFO commandstats`: commands and server-side us per request):",
+        "",
+        "| contender (Redis) | bytes per client | keys | commands per request "
+        "| server us per request |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name, value in memory["apps_redis"].items():
         if isinstance(value, str):
-            lines.append(f"| {name} | {value} | |")
+            lines.append(f"| {name} | {value} | | | |")
         else:
-            lines.append(f"| {name} | {value['bytes']:.0f} | {value['keys']:.1f} |")
+            lines.append(
+                f"| {name} | {value['bytes']:.0f} | {value['keys']:.1f} "
+                f"| {value.get('commands', 0):.1f} | {value.get('server_us', 0):.1f} |"
+            )
     return lines
 
 

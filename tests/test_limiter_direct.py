@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asgi_ratelimit import ConfigurationError, Decision, Limit, MemoryBackend, RateLimiter
+from asgi_ratelimit.rates import ALGORITHM_NAMES
 from tests.conftest import FakeClock
 
 T0 = 1_699_920_000.0  # aligned to every minute, hour and day
@@ -203,3 +206,53 @@ async def test_leaky_bucket_decisions_carry_the_delay(limiter: RateLimiter) -> N
     assert delays == [0.0, 6.0, 12.0, 0.0]  # the fourth overflowed the queue
     denied = await limiter.hit("k", shaped)
     assert (denied.allowed, denied.retry_after) == (False, 6.0)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "header"),
+    [(0.000001, 1), (0.2, 1), (1.0, 1), (1.000001, 2), (58.5, 59), (math.inf, None)],
+)
+def test_retry_after_header_rounds_up_to_whole_seconds(
+    retry_after: float, header: int | None
+) -> None:
+    decision = Decision(False, 5, 0, 60.0, retry_after, 0.0, "5/minute")
+    assert decision.retry_after_header == header
+
+
+def test_a_decision_without_limits_is_unlimited() -> None:
+    decision = Decision.from_policies(())
+    assert (decision.allowed, decision.limited, decision.policy, decision.remaining) == (
+        True,
+        False,
+        None,
+        0,
+    )
+    assert decision.headers() == {}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    algorithm=st.sampled_from(ALGORITHM_NAMES),
+    amount=st.integers(1, 5),
+    period=st.sampled_from([1, 60]),
+    gaps=st.lists(st.integers(0, 2_000_000), min_size=1, max_size=25),
+)
+async def test_a_client_that_waits_retry_after_passes(
+    algorithm: str, amount: int, period: int, gaps: list[int]
+) -> None:
+    # End to end through the limiter, in float seconds as a user sees them. (The clock sits
+    # near 10**6 s like the FakeClock's default; near today's epoch a float second only
+    # resolves about 0.24 us, see the README.)
+    clock = FakeClock()
+    limiter = RateLimiter(backend=MemoryBackend(clock=clock))
+    limit = Limit(f"{amount}/{period} seconds", algorithm=algorithm)  # type: ignore[arg-type]
+    for gap in gaps:
+        clock.advance(gap / 1_000_000)
+        decision = await limiter.hit("k", limit)
+        if decision.allowed:
+            continue
+        start = clock.now
+        clock.now = start + decision.retry_after - 0.000001
+        assert not (await limiter.peek("k", limit)).allowed
+        clock.now = start + decision.retry_after
+        assert (await limiter.peek("k", limit)).allowed

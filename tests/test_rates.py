@@ -60,7 +60,7 @@ def test_id_is_compact_stable_and_distinguishes_algorithm_and_burst() -> None:
     assert Limit("100/15m", algorithm="fixed_window").id == "100:900:fw"
     assert Limit("10/s", algorithm="token_bucket", burst=20).id == "10:1:tbb20"
     assert Limit("10/s", algorithm="token_bucket", burst=10).id == "10:1:tb"
-    ids = {Limit("5/minute", algorithm=name).id for name in _ALGORITHMS}
+    ids = {Limit("5/minute", algorithm=name).id for name in _ALGORITHMS}  # type: ignore[arg-type]
     assert len(ids) == 6
     assert Limit("60/hour") != Limit("1/minute")  # same average rate, different limits
     assert (

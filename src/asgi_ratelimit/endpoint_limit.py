@@ -83,7 +83,7 @@ class EndpointLimit:
         on_backend_error: FailurePolicy | None = None,
     ) -> None:
         self.limiter = limiter
-        self.limits = parse_limits(limits)
+        self.limits = limiter.supported_limits(parse_limits(limits))
         if key not in ENDPOINT_KEYS:
             raise ConfigurationError(f"key={key!r}: unknown key (use 'identity', 'ip' or 'global')")
         self.key: EndpointKey = key

@@ -8,8 +8,10 @@ member per policy that applied, as RFC 9651 structured fields::
     RateLimit: "login";r=0;t=48, "search 10/second";r=9;t=1
 
 Each member is an sf-string naming the policy; ``q`` (quota) and ``r`` (remaining) are
-required, ``w`` (window, s) and ``t`` (seconds, rounded up so a client that waits that long is
-never early) optional; all are non-negative sf-integers. A denied decision adds
+required, ``w`` (window, s) and ``t`` optional. ``t`` is the seconds until more quota is
+available: for a policy that denied the request, its exact retry time; otherwise the time until
+its quota is fully restored. Both are rounded up so a client that waits that long is never
+early; all are non-negative sf-integers. A denied decision adds
 ``Retry-After`` (whole seconds, rounded up, >= 1).
 
     decision_headers(decision, "both")     # [("Retry-After", "48"), ("X-RateLimit-Limit", ...)]
@@ -80,7 +82,10 @@ def _policy_item(name: str, quota: int, window: int) -> str:
 
 def _state_item(policy: PolicyStatus) -> str:
     remaining = _sf_int(policy.remaining)
-    return f"{_sf_string(policy.name)};r={remaining};t={_whole_seconds(policy.reset_after)}"
+    # Draft 10+ defines t as the seconds until more quota is available: for a policy that
+    # denied, that is exactly when the request would pass; otherwise the quota's full reset.
+    wait = policy.retry_after if not policy.allowed else policy.reset_after
+    return f"{_sf_string(policy.name)};r={remaining};t={_whole_seconds(wait)}"
 
 
 def _whole_seconds(seconds: float) -> int:

@@ -57,6 +57,8 @@ HEADER_STYLES: tuple[str, ...] = ("both", "legacy", "ietf", "none")
 #: checked against the rules.
 Access = Literal["blocked", "bypass", "checked"]
 
+_UNSET = object()
+
 #: How long a client is told to wait when a fail-closed policy denies during an outage.
 OUTAGE_RETRY_AFTER = 1.0
 
@@ -128,11 +130,28 @@ class RateLimiter:
         self.default_tier = default_tier
         self.rules: tuple[Rule, ...] = self.ruleset.rules
         self.default_rule: Rule | None = self.ruleset.default_rule
+        for rule in self.ruleset.all_rules:
+            for named in rule.tiers.values():
+                self.supported_limits(limit for _, limit in named)
         self.allow = AccessList(allow, "allow")
         self.deny = AccessList(deny, "deny")
         self._fallback: MemoryBackend | None = None
         self._in_outage = False
         self._warned: set[str] = set()
+        self._address_key = f"asgi_ratelimit.client_address.{id(self)}"
+
+    def supported_limits(self, limits: Iterable[Limit]) -> tuple[Limit, ...]:
+        """``limits``, once the backend confirmed it can decide each exactly.
+
+        Called at construction for every rule, so that a limit the backend refuses (Redis:
+        one too fine for exact Lua arithmetic) fails at startup, not on the first request.
+        """
+        limits = tuple(limits)
+        validate = getattr(self.backend, "validate_limit", None)
+        if validate is not None:
+            for limit in limits:
+                validate(limit)
+        return limits
 
     # -- direct use ------------------------------------------------------------------------
 
@@ -172,6 +191,8 @@ class RateLimiter:
         A source that raises is logged (once) and skipped: identity never takes a request down.
         """
         for source in self.sources:
+            if source is self.ip_source:
+                return await self._ip_identity(scope)  # shares the memoized address
             try:
                 identity = await source(scope)
             except Exception as exc:
@@ -192,26 +213,37 @@ class RateLimiter:
         return (await self._ip_identity(scope)).key
 
     def client_address(self, scope: Scope) -> IPAddress | None:
-        """The client's address as the `ClientIP` source resolves it (proxies honoured)."""
+        """The client's address as the `ClientIP` source resolves it (proxies honoured).
+
+        Resolved once per request: the lists, the identity fallback, ``key="ip"`` rules and a
+        route's dependency all ask, so the answer is kept in the scope (under a key of this
+        limiter's own, since two limiters may trust different proxies).
+        """
+        memo = scope.get(self._address_key, _UNSET)
+        if memo is not _UNSET:
+            return memo  # type: ignore[no-any-return]
         try:
-            return self.ip_source.client_address(scope)
+            address = self.ip_source.client_address(scope)
         except Exception as exc:
             self._warn_once("client-address", "ClientIP %r failed", self.ip_source, exc)
-            return None
+            address = None
+        scope[self._address_key] = address
+        return address
 
     async def _ip_identity(self, scope: Scope) -> Identity:
         try:
-            return await self.ip_source(scope)
+            key = self.ip_source.key_for(self.client_address(scope))
         except Exception as exc:
             self._warn_once("client-ip", "ClientIP %r failed", self.ip_source, exc)
-            return Identity("ip:unknown", None, "ip")
+            key = "ip:unknown"
+        return Identity(key, None, "ip")
 
     async def check_request(self, scope: Scope, *, consume: bool = True) -> Verdict:
         """Deny list, allow list, identity, rules, then one atomic `decide` for every rule.
 
         ``consume=False`` peeks: the same answer, nothing counted (``/rate_limit`` pages).
         """
-        address = self.client_address(scope) if self.allow or self.deny else None
+        address = self.client_address(scope)
         if self.deny.has_address(address):
             return Verdict("blocked", Decision.unlimited())
         if self.allow.has_address(address) and not self.deny.keys:
@@ -298,6 +330,8 @@ class RateLimiter:
         plain = [pc.check for pc in checks]
         try:
             outcomes = await (self.backend.hit(plain) if consume else self.backend.peek(plain))
+        except ConfigurationError:
+            raise  # a limit the backend cannot decide is a bug to fix, not an outage
         except Exception as exc:  # a broken backend must never take the app down
             return await self._decide_in_outage(checks, identity, consume, exc)
         if self._in_outage:

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from asgi_ratelimit.algorithms import DECIDERS, Outcome, State
 from asgi_ratelimit.rates import Limit
 
-__all__ = ["INF", "T0", "Row", "Driver", "play", "us"]
+__all__ = ["INF", "T0", "Driver", "Row", "play", "us"]
 
 # Midnight UTC, 2023-11-14: aligned to every whole second, minute, hour and day.
 T0 = 1_699_920_000

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 
-from asgi_ratelimit.algorithms import DECIDERS
+import pytest
+
+from asgi_ratelimit.algorithms import DECIDERS, sliding_window_counter
 from asgi_ratelimit.rates import Limit
 
 from .driver import INF, T0, Row, play
@@ -91,7 +93,21 @@ def test_cost_larger_than_the_limit_cost_zero_and_fractions() -> None:
     )
 
 
-def test_a_fractional_allowance_answers_quickly_and_exactly() -> None:
+@pytest.fixture
+def estimates(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts how many times the estimate is evaluated: the cost of a retry search."""
+    calls = [0]
+    real: Callable[..., float] = sliding_window_counter._estimate
+
+    def counted(*args: float) -> float:
+        calls[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(sliding_window_counter, "_estimate", counted)
+    return calls
+
+
+def test_a_fractional_allowance_answers_quickly_and_exactly(estimates: list[int]) -> None:
     # Regression: with a fractional cost the closed-form guess was a quarter of a window
     # early and the search walked there one microsecond at a time (hours for a daily limit).
     two = Limit("2/day")
@@ -99,14 +115,13 @@ def test_a_fractional_allowance_answers_quickly_and_exactly() -> None:
     day_us = 86_400_000_000
     prev = decide(None, T0 * 1_000_000, two, 2).state
     now = T0 * 1_000_000 + day_us
-    started = time.perf_counter()
     denied = decide(prev, now, two, 1.5)
-    elapsed = time.perf_counter() - started
+    assert estimates[0] < 200  # a bounded search, not a walk through the window
     # floor(2 * (P - e) / P) <= 0.5 first holds at e = P/2 + 1 us.
     assert (denied.allowed, denied.retry_us) == (False, day_us // 2 + 1)
-    assert decide(prev, now + denied.retry_us, two, 1.5).allowed
-    assert not decide(prev, now + denied.retry_us - 1, two, 1.5).allowed
-    assert elapsed < 1.0  # guards against the walk, not a timing benchmark
+    retry = int(denied.retry_us)
+    assert decide(prev, now + retry, two, 1.5).allowed
+    assert not decide(prev, now + retry - 1, two, 1.5).allowed
 
 
 def test_a_very_long_idle_period_and_huge_timestamps() -> None:
@@ -119,3 +134,20 @@ def test_a_very_long_idle_period_and_huge_timestamps() -> None:
         ],
         start=253_402_300_800,
     )
+
+
+def test_a_tiny_cost_answers_quickly_and_exactly(estimates: list[int]) -> None:
+    # Regression (found by the property tests): a current count of 1e-300 made the
+    # closed-form guess land a whole window late, and the search walked back 25 million
+    # microseconds one by one.
+    three = Limit("3/minute")
+    decide = DECIDERS[three.algorithm]
+    window = 28_332_005
+    now = (window + 1) * 60_000_000 + 17_843_707
+    state = (window, 2.3784099419840197, 1.5)
+    admitted = decide(state, now, three, 1e-300)
+    assert estimates[0] < 200  # a bounded search, not a walk through the window
+    assert admitted.allowed
+    # reset_after is exact: the full quota passes then, and not a microsecond earlier.
+    assert decide(admitted.state, now + admitted.reset_us, three, 3).allowed
+    assert not decide(admitted.state, now + admitted.reset_us - 1, three, 3).allowed

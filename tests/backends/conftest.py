@@ -123,23 +123,27 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         yield os.environ["REDIS_CLUSTER_URL"]
         return
     require_redis_binaries()
-    base = tmp_path_factory.mktemp("cluster")
-    nodes = []
+    nodes: list[RedisServer] = []
     try:
-        for i in range(3):
-            extra = ("--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{i}.conf")
-            nodes.append(RedisServer(base / str(i), None, *extra).start())
-        addresses = [f"127.0.0.1:{node.port}" for node in nodes]
-        nodes[0].cli("--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes")
-        deadline = time.monotonic() + 20
-        while not all("cluster_state:ok" in node.cli("cluster", "info") for node in nodes):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the test Redis Cluster did not reach cluster_state:ok")
-            time.sleep(0.05)
+        start_cluster(tmp_path_factory.mktemp("cluster"), nodes)
         yield f"redis+cluster://127.0.0.1:{nodes[0].port}"
     finally:
         for node in nodes:
             node.kill()
+
+
+def start_cluster(base: Path, nodes: list[RedisServer]) -> None:
+    """Start 3 masters into ``nodes`` (so the caller can kill them even on failure)."""
+    for i in range(3):
+        extra = ("--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{i}.conf")
+        nodes.append(RedisServer(base / str(i), None, *extra).start())
+    addresses = [f"127.0.0.1:{node.port}" for node in nodes]
+    nodes[0].cli("--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes")
+    deadline = time.monotonic() + 20
+    while not all("cluster_state:ok" in node.cli("cluster", "info") for node in nodes):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test Redis Cluster did not reach cluster_state:ok")
+        time.sleep(0.05)
 
 
 def _debug_command_option() -> tuple[str, ...]:

@@ -37,7 +37,10 @@ LIMITS = [
 
 steps = st.lists(
     st.tuples(
-        st.sampled_from([0, 1, 7, 1_000, 99_999, 250_000, 333_333, 1_000_000, 2_500_000]),
+        # Negative steps: a clock stepped back (NTP, a failover to a skewed server).
+        st.sampled_from(
+            [0, 1, 7, 1_000, 99_999, 250_000, 333_333, 1_000_000, 2_500_000, -3, -400_000]
+        ),
         st.sampled_from(["a", "b"]),
         st.lists(st.integers(0, len(LIMITS) - 1), min_size=1, max_size=3, unique=True),
         st.sampled_from([1, 1, 1, 0, 2, 3, 6, 0.5, 1.25, 0.1, 1e-9]),

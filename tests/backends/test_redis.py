@@ -16,7 +16,7 @@ from asgi_ratelimit.backends.memory import MemoryBackend
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.errors import ConfigurationError
 from asgi_ratelimit.rates import Limit
-from tests.backends.conftest import RedisServer
+from tests.backends.conftest import RedisServer, require_redis_binaries
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.redis
@@ -91,6 +91,7 @@ async def test_from_url_builds_the_right_client(redis_cluster_url: str) -> None:
 
 
 async def test_unix_socket(tmp_path: Path, prefix: str) -> None:
+    require_redis_binaries()
     sock = tmp_path / "redis.sock"
     server = RedisServer(tmp_path / "unix", None, "--unixsocket", str(sock)).start()
     try:
@@ -249,3 +250,63 @@ async def test_memory_per_key_is_small_and_stated(
             assert size < 100 * 16 + 300, usage  # O(limit): about 10 bytes per logged request
         else:
             assert size <= 200, usage  # one short string per key
+
+
+# -- Redis Cluster: requests spanning slots ----------------------------------------------
+
+
+async def test_cross_slot_request_refunds_when_a_slot_denies_late(
+    redis_cluster_url: str, prefix: str, clock: FakeClock
+) -> None:
+    """A concurrent request takes the last unit between the peek and the commit: undo."""
+    from asgi_ratelimit.backends.redis_cluster import run_across_slots
+
+    async with RedisBackend.from_url(
+        redis_cluster_url, prefix=prefix, clock=clock, timeout=2.0
+    ) as backend:
+        cluster = backend.client
+        assert isinstance(cluster, aioredis.RedisCluster)
+        limit = Limit("1/minute", algorithm="fixed_window")
+        checks = [Check("f", limit), Check("g", limit)]
+        keys = [backend.storage_key(c.key, c.limit) for c in checks]
+        slots = [cluster.keyslot(key) for key in keys]
+        assert slots[0] != slots[1]
+        # The slot committed last is the one the racing request empties.
+        last = slots.index(max(slots))
+        first = 1 - last
+        raced = []
+
+        async def evaluate(mode, group, group_keys, now):  # type: ignore[no-untyped-def]
+            if mode == "hit" and not raced:
+                raced.append(await backend.hit([checks[last]]))  # the concurrent request
+            return await backend._eval(mode, group, group_keys, now)
+
+        _, outcomes, _ = await run_across_slots(
+            evaluate, cluster.keyslot, "hit", checks, keys, round(clock.now * 1_000_000)
+        )
+        assert raced[0][0].allowed  # the racer got the unit
+        assert outcomes[first].allowed and not outcomes[last].allowed
+        # The slot committed first was refunded: its unit is still there.
+        assert (await backend.peek([checks[first]]))[0].allowed
+        assert not (await backend.peek([checks[last]]))[0].allowed
+
+
+def test_deny_cache_is_bounded(clock: FakeClock) -> None:
+    from asgi_ratelimit.algorithms import DECIDERS
+    from asgi_ratelimit.backends.deny_cache import DenyCache
+
+    decide = DECIDERS["sliding_window_counter"]
+    cache = DenyCache(max_entries=4)
+    limit = Limit("1/minute")
+    now = round(clock.now * 1_000_000)
+    state = decide(None, now, limit, 1).state  # one request taken: the next is denied
+    for i in range(10):
+        check = [Check(f"k{i}", limit)]
+        cache.record([f"k{i}"], check, [decide(state, now, limit, 1)], [state], now, now, now)
+        assert len(cache) <= 4
+    # The newest denial is answered locally, exactly as the algorithm answers it.
+    later = now + 1_000_000
+    expected = decide(state, later, limit, 1)._replace(state=None)
+    assert not expected.allowed
+    assert cache.answer(["k9"], [Check("k9", limit)], later) == [expected]
+    assert cache.answer(["k0"], [Check("k0", limit)], later) is None  # evicted

@@ -325,3 +325,70 @@ async def test_middleware_validates_its_options(limiter_for: Callable[..., RateL
         RateLimitMiddleware(make_app, limiter=limiter_for(), websocket="yes")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="on_limited=42"):
         RateLimitMiddleware(make_app, limiter=limiter_for(), on_limited=42)  # type: ignore[arg-type]
+
+
+def http_scope(path: str, method: str = "GET", peer: str = PEER) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "root_path": "",
+        "headers": [],
+        "client": (peer, 1234),
+    }
+
+
+async def test_check_request_peek_consumes_nothing(
+    clock: FakeClock, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    clock.now = ALIGNED
+    limiter = limiter_for(rules=[Rule("/search", limits=fixed("2/minute"), name="search")])
+    for _ in range(3):
+        peek = await limiter.check_request(http_scope("/search"), consume=False)
+        assert peek.access == "checked"
+        assert (peek.decision.allowed, peek.decision.remaining) == (True, 2)
+    hit = await limiter.check_request(http_scope("/search"))
+    assert hit.decision.remaining == 1
+    assert (
+        await limiter.check_request(http_scope("/search"), consume=False)
+    ).decision.remaining == 1
+
+
+async def test_verdicts_for_lists_and_ipv4_mapped_peers(
+    limiter_for: Callable[..., RateLimiter],
+) -> None:
+    limiter = limiter_for(default_limits="5/minute", allow=["10.0.0.0/8"], deny=["192.0.2.0/24"])
+    blocked = await limiter.check_request(http_scope("/", peer="::ffff:192.0.2.9"))
+    assert blocked.access == "blocked"
+    bypass = await limiter.check_request(http_scope("/", peer="10.1.2.3"))
+    assert bypass.access == "bypass"
+    assert not bypass.decision.limited
+    checked = await limiter.check_request(http_scope("/", peer="198.51.100.1"))
+    assert checked.access == "checked" and checked.decision.remaining == 4
+
+
+async def test_denied_response_is_the_same_429_as_the_middleware(
+    clock: FakeClock, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    clock.now = ALIGNED + 12
+    limiter = limiter_for(rules=[Rule("/x", limits=fixed("1/minute"), name="x")], headers="ietf")
+    await limiter.check_request(http_scope("/x"))
+    decision = (await limiter.check_request(http_scope("/x"))).decision
+    response = limiter.denied_response(decision)
+    assert response.status_code == 429
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["retry-after"] == "48"
+    assert response.headers["ratelimit"] == '"x";r=0;t=48'
+    assert "x-ratelimit-limit" not in response.headers
+    assert b'"violated-policies":["x"]' in response.body
+
+
+async def test_leaky_bucket_default_sleep_really_waits_then_serves(
+    clock: FakeClock, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    # The default sleep (anyio) runs: 1 ms for the second request, no timing asserted.
+    clock.now = ALIGNED
+    rules = [Rule("/search", limits=Limit("1000/second", algorithm="leaky_bucket", burst=2))]
+    app = make_app(limiter_for(rules=rules))
+    async with client(app) as http:
+        assert await statuses(http, "GET", "/search", 3) == [200, 200, 429]

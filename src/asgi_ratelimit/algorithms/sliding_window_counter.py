@@ -3,7 +3,10 @@
 The estimate at ``elapsed`` microseconds into the current window is
 ``current + floor(previous * (period - elapsed) / period)`` (the previous window's count,
 weighted by how much of it still overlaps the sliding window, rounded down as in Cloudflare's
-write-up). A request passes when ``estimate + cost <= amount``.
+write-up). A request passes when ``cost <= amount - estimate`` (``estimate + cost <= amount``
+in exact arithmetic; written so that no float rounding lets a tiny cost through).
+``reset_after`` and ``retry_after`` are the first microsecond at which that test passes for a
+cost of ``amount`` or of the request's cost: exact, found by a closed form checked by search.
 
 State: ``(window_index, current_count, previous_count)``.
 """
@@ -72,15 +75,15 @@ def _wait_until_fits(
         # It fits within this window, at the first e where the weighted previous count has
         # dropped to target - current.
         guess = _guess(target - current, previous, period)
-        at = _first_true(fits(current, previous), max(guess, elapsed), elapsed)
+        at = _first_true(fits(current, previous), guess, elapsed, period)
         if at < period:
             return at - elapsed
     # In the next window the current count becomes the weighted previous one.
     if current == 0:
         return period - elapsed
     guess = _guess(target, current, period)
-    at = _first_true(fits(0, current), max(guess, 0), 0)
-    return period - elapsed + min(at, period)
+    at = _first_true(fits(0, current), guess, 0, period)
+    return period - elapsed + at
 
 
 def _guess(allowance: float, count: float, period: int) -> int:
@@ -92,15 +95,22 @@ def _guess(allowance: float, count: float, period: int) -> int:
     return math.floor(period - (math.floor(allowance) + 1) * period / count) + 1
 
 
-def _first_true(predicate: Callable[[int], bool], guess: int, low: int) -> int:
-    """The smallest integer >= low where a monotone predicate holds, starting near ``guess``.
+def _first_true(predicate: Callable[[int], bool], guess: int, low: int, high: int) -> int:
+    """The smallest e in [low, high] where a monotone predicate holds (it holds at ``high``).
 
-    The closed-form guess can be off by a microsecond through float rounding; walking from it
-    makes the answer exactly the first microsecond at which the request passes.
+    The closed-form guess is usually exact, but float rounding (of tiny or fractional counts)
+    can move the real answer away from it; a binary search then finds the exact first
+    microsecond in at most ~50 steps, whatever the period.
     """
-    at = guess
-    while not predicate(at):
-        at += 1
-    while at > low and predicate(at - 1):
-        at -= 1
+    if low < guess <= high and predicate(guess) and not predicate(guess - 1):
+        return guess
+    if predicate(low):
+        return low
+    below, at = low, high  # predicate(below) is false, predicate(at) is true
+    while at - below > 1:
+        middle = (below + at) // 2
+        if predicate(middle):
+            at = middle
+        else:
+            below = middle
     return at

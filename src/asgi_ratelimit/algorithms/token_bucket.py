@@ -2,7 +2,8 @@
 
 Allows a burst of up to ``burst`` requests, then a steady ``amount`` per ``period``. Tokens are
 kept scaled by the period (``level = tokens * period_us``) so refills are integer additions of
-``amount`` per microsecond: decisions and retry times are exact.
+``amount`` per microsecond: decisions and retry times are exact. A cost is counted in the same
+units, rounded up (see `scaled_cost`), so the level stays an integer even for fractional costs.
 
 State: ``(level, last_update_us)``.
 """

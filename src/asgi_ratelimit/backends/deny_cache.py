@@ -13,10 +13,13 @@ time is in ``[s + t - t1, s + t - t0]``. An entry is used only while even the up
 before its instant, and outcomes are computed at the lower bound, so a client is never told to
 come back too early (at most one round trip too late).
 
-Exactness holds while nobody else changes these keys meanwhile. Nobody can pass the limit
-that denied (for requests at least as costly: a cheaper request asks Redis and may pass, which
-then drops the entry here); a limit of the same request that had room left may be consumed by
-other processes through other rules, so its ``remaining`` here can be stale until the instant.
+Exactness holds while nobody else changes these keys meanwhile. With requests of equal cost
+(the common case) nobody can pass the limit that denied before the instant, so its snapshot
+stays true in every process. A cheaper request may pass it: here it goes to Redis (the cache
+only answers denials) and drops the entries it changed; in another process it changes Redis
+unseen, and the answers here may then name a retry time that is too early (the client is
+denied again, by Redis, after the instant). A limit of the same request that had room left
+may be used by other processes through other rules, so its ``remaining`` can be stale.
 """
 
 from __future__ import annotations

@@ -99,10 +99,12 @@ class MemoryBackend:
         entries[storage_key] = (expires_at, state)
         entries.move_to_end(storage_key)
         for _ in range(_SWEEP_PER_WRITE):
-            oldest_key, (expires_at, _state) = next(iter(entries.items()))
-            if expires_at > now:
+            oldest_key, (oldest_expiry, _state) = next(iter(entries.items()))
+            if oldest_expiry > now:
                 break
             del entries[oldest_key]
+            if not entries:
+                break
         while len(entries) > self.max_keys:
             entries.popitem(last=False)
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 try:
     import redis.asyncio as aioredis
-    from redis.exceptions import NoScriptError, RedisError
+    from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"') from exc
 
@@ -71,6 +71,7 @@ class RedisBackend:
         deny_cache: bool = True,
         failure_threshold: int = 3,
         cooldown: float = 1.0,
+        max_in_flight: int | None = None,
         owns_client: bool = False,
     ) -> None:
         if not isinstance(client, (aioredis.Redis, aioredis.RedisCluster)):
@@ -94,11 +95,19 @@ class RedisBackend:
         self._clock = clock
         self._ttl_margin_ms = 0 if clock is None else int(_INJECTED_CLOCK_TTL_MARGIN * 1000)
         self._breaker = CircuitBreaker(threshold=failure_threshold, cooldown=cooldown)
+        # On a cluster, one breaker per node: a dead node's keys fail fast while the other
+        # nodes keep counting.
+        self._node_breakers: dict[str, CircuitBreaker] = {}
         self.deny_cache: DenyCache | None = DenyCache() if deny_cache else None
         self._owns_client = owns_client
+        # redis-py refuses a call (MaxConnectionsError) when its pool is exhausted; a burst of
+        # requests waits here for a connection instead, within its budget.
+        self._in_flight = asyncio.Semaphore(max_in_flight or _pool_size(client))
         # The first call connects (and, on a cluster, discovers the slots): it gets a larger
-        # budget so an app's first requests are not counted as an outage.
+        # budget so an app's first requests are not counted as an outage. Only the first:
+        # when Redis is down from the start, later calls must not wait that long.
         self._warm = False
+        self._last_clock_us = 0
 
     @classmethod
     def from_url(
@@ -143,6 +152,7 @@ class RedisBackend:
             deny_cache=deny_cache,
             failure_threshold=failure_threshold,
             cooldown=cooldown,
+            max_in_flight=max_connections,
             owns_client=True,
         )
 
@@ -152,7 +162,31 @@ class RedisBackend:
 
     @property
     def circuit(self) -> CircuitBreaker:
+        """The circuit breaker of a single Redis (on a cluster: of calls not tied to a node)."""
         return self._breaker
+
+    def _breakers_for(self, storage_keys: Sequence[str]) -> list[CircuitBreaker]:
+        client = self._client
+        if not isinstance(client, aioredis.RedisCluster):
+            return [self._breaker]
+        names = set()
+        for key in storage_keys:
+            try:
+                node = client.get_node_from_key(key)
+            except RedisClusterException:  # slots not mapped yet (or not covered)
+                return [self._breaker]
+            if node is None:
+                return [self._breaker]
+            names.add(node.name)
+        breakers = []
+        for name in sorted(names):
+            breaker = self._node_breakers.get(name)
+            if breaker is None:
+                breaker = self._node_breakers[name] = CircuitBreaker(
+                    threshold=self._breaker.threshold, cooldown=self._breaker.cooldown
+                )
+            breakers.append(breaker)
+        return breakers
 
     validate_limit = staticmethod(validate_limit)
 
@@ -239,13 +273,18 @@ class RedisBackend:
 
     def __repr__(self) -> str:
         kind = "cluster" if self._cluster else "redis"
-        return f"RedisBackend({kind}, prefix={self.prefix!r}, circuit={self._breaker.state!r})"
+        breakers = [self._breaker, *self._node_breakers.values()]
+        state = "open" if any(b.state == "open" for b in breakers) else "closed"
+        return f"RedisBackend({kind}, prefix={self.prefix!r}, circuit={state!r})"
 
     # -- deciding -----------------------------------------------------------------------
 
     def _local_now(self) -> int:
         if self._clock is not None:
-            return round(self._clock() * 1_000_000)
+            # Like MemoryBackend: an injected clock that steps back is held at its last value.
+            now = max(round(self._clock() * 1_000_000), self._last_clock_us)
+            self._last_clock_us = now
+            return now
         return time.monotonic_ns() // 1000
 
     async def _decide(self, mode: Mode, checks: Sequence[Check]) -> list[Outcome]:
@@ -260,7 +299,9 @@ class RedisBackend:
             if local is not None:
                 return local
         sent_at = self._local_now()
-        now_us, outcomes, states = await self._guarded(self._run(mode, checks, storage_keys))
+        now_us, outcomes, states = await self._guarded(
+            self._run(mode, checks, storage_keys), self._breakers_for(storage_keys)
+        )
         if cache is not None:
             if self._clock is not None:
                 sent_at = received_at = now_us
@@ -272,34 +313,49 @@ class RedisBackend:
                 cache.record(storage_keys, checks, outcomes, states, now_us, sent_at, received_at)
         return outcomes
 
-    async def _guarded(self, call: Coroutine[Any, Any, _T]) -> _T:
-        """Run one storage call within the budget, through the circuit breaker."""
-        if not self._breaker.allow():
+    async def _guarded(
+        self, call: Coroutine[Any, Any, _T], breakers: Sequence[CircuitBreaker] = ()
+    ) -> _T:
+        """Run one storage call within the budget, through the circuit breaker(s)."""
+        breakers = breakers or [self._breaker]
+        if not all(breaker.allow() for breaker in breakers):
             call.close()
             raise BackendError(f"{self!r}: circuit open after repeated failures; not calling")
+        budget = self.timeout if self._warm else max(self.timeout, _FIRST_CALL_BUDGET)
+        self._warm = True
         try:
-            budget = self.timeout if self._warm else max(self.timeout, _FIRST_CALL_BUDGET)
             if sys.version_info >= (3, 11):
                 async with asyncio.timeout(budget):  # no extra task per call
-                    result = await call
+                    result = await self._limited(call)
             else:  # pragma: no cover - Python 3.10
-                result = await asyncio.wait_for(call, budget)
+                result = await asyncio.wait_for(self._limited(call), budget)
         except asyncio.TimeoutError as exc:
-            self._breaker.failure()
-            raise BackendError(
-                f"redis call exceeded its {self.timeout * 1000:g} ms budget"
-            ) from exc
-        except (RedisError, OSError) as exc:
-            self._breaker.failure()
+            for breaker in breakers:
+                breaker.failure()
+            raise BackendError(f"redis call exceeded its {budget * 1000:g} ms budget") from exc
+        except (RedisError, RedisClusterException, OSError) as exc:
+            for breaker in breakers:
+                breaker.failure()
             raise BackendError(f"redis failed: {type(exc).__name__}: {exc}") from exc
-        self._breaker.success()
-        self._warm = True
+        for breaker in breakers:
+            breaker.success()
         return result
+
+    async def _limited(self, call: Coroutine[Any, Any, _T]) -> _T:
+        try:
+            await self._in_flight.acquire()
+        except BaseException:  # the budget ran out while waiting: the call never starts
+            call.close()
+            raise
+        try:
+            return await call
+        finally:
+            self._in_flight.release()
 
     async def _run(
         self, mode: Mode, checks: Sequence[Check], storage_keys: Sequence[str]
     ) -> tuple[int, list[Outcome], list[Any] | None]:
-        now_us = None if self._clock is None else round(self._clock() * 1_000_000)
+        now_us = None if self._clock is None else self._local_now()
         want_state = self.deny_cache is not None
         client = self._client
         # Keys of several identities may sit on several Cluster slots: no script can span them.
@@ -330,6 +386,15 @@ class RedisBackend:
         except NoScriptError:
             # After a restart or SCRIPT FLUSH: EVAL runs the script and caches it again.
             return await self._client.eval(SCRIPT, len(keys), *keys, *args)
+
+
+def _pool_size(client: aioredis.Redis | aioredis.RedisCluster) -> int:
+    """How many connections the client may open (per node on a cluster)."""
+    if isinstance(client, aioredis.RedisCluster):
+        size = client.nodes_manager.connection_kwargs.get("max_connections")
+    else:
+        size = getattr(client.connection_pool, "max_connections", None)
+    return size if isinstance(size, int) and size > 0 else 100
 
 
 def _glob_escape(text: str) -> str:

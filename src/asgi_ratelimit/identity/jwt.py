@@ -11,6 +11,7 @@ import asyncio
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -169,14 +170,17 @@ class JWTSubject:
                 return None
             key = jwk.key
         try:
-            claims = pyjwt.decode(
-                token,
-                key,
-                algorithms=[alg],
-                audience=self.audience,
-                issuer=self.issuer,
-                leeway=self.leeway,
-            )
+            with warnings.catch_warnings():
+                # A short HMAC secret was reported once at construction, not per request.
+                warnings.simplefilter("ignore", pyjwt.InsecureKeyLengthWarning)
+                claims = pyjwt.decode(
+                    token,
+                    key,
+                    algorithms=[alg],
+                    audience=self.audience,
+                    issuer=self.issuer,
+                    leeway=self.leeway,
+                )
         except (pyjwt.PyJWTError, ValueError, TypeError):
             return None
         subject = claims.get(self.subject_claim)
@@ -346,9 +350,19 @@ def _prepare_keys(key: Any, algorithms: tuple[str, ...]) -> dict[str, Any]:
         if hasattr(ready, "private_bytes") and hasattr(ready, "public_key"):
             ready = ready.public_key()  # a private key verifies through its public half
         weak = algorithm.check_key_length(ready)
-        if weak:
-            fix = "e.g. secrets.token_urlsafe(64)" if alg in HMAC_ALGORITHMS else "a larger key"
-            raise ConfigurationError(f"JWTSubject key is too weak for {alg}: {weak} Use {fix}.")
+        if weak and alg in HMAC_ALGORITHMS:
+            # Refusing would break apps whose identity provider already signs with a short
+            # secret; verification stays correct, so say it loudly once instead.
+            logger.warning(
+                "JWTSubject: the %s secret is short (%s) and can be brute-forced; "
+                "use e.g. secrets.token_urlsafe(64)",
+                alg,
+                weak,
+            )
+        elif weak:
+            raise ConfigurationError(
+                f"JWTSubject key is too weak for {alg}: {weak} Use a larger key."
+            )
         prepared[alg] = key if alg in HMAC_ALGORITHMS else ready
     return prepared
 

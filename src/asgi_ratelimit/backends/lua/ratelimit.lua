@@ -6,7 +6,7 @@
 -- backlog *relative* to the instant it was written ("backlog at"), never now * amount, which
 -- would pass 2^53; the token bucket clamps its refill before multiplying for the same reason.
 --
--- KEYS[i]   - the state key of check i (on Redis Cluster all keys share one {hash tag})
+-- KEYS[i]   - the state key of check i (on Redis Cluster, all keys of one call in one slot)
 -- ARGV[1]   - "hit" (decide; store only if every check passes), "peek" (decide, store nothing)
 --             or "refund" (give back the costs of a "hit" made at ARGV[2])
 -- ARGV[2]   - now in integer microseconds, or "" to use the server's TIME
@@ -126,10 +126,20 @@ local function estimate(current, previous, elapsed, period)
   return current + floor(previous * (period - elapsed) / period)
 end
 
-local function first_true(predicate, guess, low)
-  local at = guess
-  while not predicate(at) do at = at + 1 end
-  while at > low and predicate(at - 1) do at = at - 1 end
+-- The smallest e in [low, high] where a monotone predicate holds (it holds at high): the
+-- closed-form guess when it is right, else a binary search (at most ~50 steps).
+local function first_true(predicate, guess, low, high)
+  if low < guess and guess <= high and predicate(guess) and not predicate(guess - 1) then
+    return guess
+  end
+  if predicate(low) then
+    return low
+  end
+  local below, at = low, high
+  while at - below > 1 do
+    local middle = floor((below + at) / 2)
+    if predicate(middle) then at = middle else below = middle end
+  end
   return at
 end
 
@@ -149,7 +159,7 @@ local function wait_until_fits(cost, amount, current, previous, elapsed, period)
   local target = amount - cost
   if cost <= amount - current then
     local guess = guess_at(target - current, previous, period)
-    local at = first_true(fits(current, previous), math.max(guess, elapsed), elapsed)
+    local at = first_true(fits(current, previous), guess, elapsed, period)
     if at < period then
       return at - elapsed
     end
@@ -158,8 +168,8 @@ local function wait_until_fits(cost, amount, current, previous, elapsed, period)
     return period - elapsed
   end
   local guess = guess_at(target, current, period)
-  local at = first_true(fits(0, current), math.max(guess, 0), 0)
-  return period - elapsed + math.min(at, period)
+  local at = first_true(fits(0, current), guess, 0, period)
+  return period - elapsed + at
 end
 
 local function sliding_window_counter(state, now, amount, period, burst, cost)
@@ -310,7 +320,10 @@ local function store(key, code, state, ms)
   elseif #kept < state.orig then
     redis.call('LTRIM', key, state.orig - #kept, -1)
   end
-  if #added > 0 then redis.call('RPUSH', key, unpack(added)) end
+  -- In slices: unpack() of thousands of values would overflow Lua's C stack.
+  for first = 1, #added, 1000 do
+    redis.call('RPUSH', key, unpack(added, first, math.min(first + 999, #added)))
+  end
   redis.call('PEXPIRE', key, ms)
 end
 
@@ -344,8 +357,7 @@ end
 local mode = ARGV[1]
 local now
 if ARGV[2] == '' then
-  -- Redis < 5 needs effect replication before a write that follows TIME.
-  if redis.replicate_commands then pcall(redis.replicate_commands) end
+  -- Writes after TIME are safe: Redis >= 5 replicates a script's effects, not the script.
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
