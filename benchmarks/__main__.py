@@ -19,7 +19,7 @@ from typing import Any
 from .contenders import CONTENDERS, Built, Unavailable
 from .driver import client_ips, drive, expect_status, run_batch
 from .redis_server import RedisServer
-from .report import machine, print_tables, write_chart, write_markdown
+from .report import machine, print_tables, readme_summary, write_chart, write_markdown
 
 __all__ = ["main"]
 
@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         print_tables(results)
         write_markdown(results, DOCS / "benchmarks.md")
         write_chart(results, DOCS / "benchmarks.png")
+        print("\nfor README.md's performance section:\n")
+        print("\n".join(readme_summary(results)))
         return 0
     phases = args.only or list(PHASES)
     quick = args.quick

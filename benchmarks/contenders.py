@@ -18,6 +18,8 @@ __all__ = [
     "Built",
     "Contender",
     "Unavailable",
+    "fastapi_app",
+    "starlette_app",
 ]
 
 #: scenario -> [(amount, period in seconds)]: "one" and "three" are never reached in a run,

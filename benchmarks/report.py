@@ -8,7 +8,15 @@ import platform
 from pathlib import Path
 from typing import Any
 
-__all__ = ["derive", "machine", "print_tables", "targets", "write_chart", "write_markdown"]
+__all__ = [
+    "derive",
+    "machine",
+    "print_tables",
+    "readme_summary",
+    "targets",
+    "write_chart",
+    "write_markdown",
+]
 
 SCENARIOS = {
     "one": "one limit matched (allowed)",
@@ -40,17 +48,29 @@ def machine(command: str) -> dict[str, Any]:
     }
 
 
-def derive(rows: list[dict[str, Any]], denied: bool = False) -> list[dict[str, Any]]:
+def _quartile(rounds: list[float]) -> float:
+    values = sorted(rounds)
+    return values[len(values) // 4]
+
+
+def derive(
+    rows: list[dict[str, Any]], denied: bool = False, stat: str = "median"
+) -> list[dict[str, Any]]:
     """Add overhead (us over the row's bare app), ratio to the best peer and to the floor.
 
     On the denied path the app is never called (the limiter answers 429 alone), so the
     "overhead" there is the whole request: what a client over its limit costs the server.
+    ``stat="q1"`` uses each row's first quartile of rounds instead of the median: load from
+    elsewhere only ever adds time, so the faster rounds are the less disturbed ones.
     """
+    rows = [
+        {**row, "median_us": _quartile(row["rounds_us"])} if stat == "q1" else dict(row)
+        for row in rows
+    ]
     medians = {row["name"]: row["median_us"] for row in rows}
     bare = {row["baseline"]: row["median_us"] for row in rows if row["kind"] == "bare"}
     out = []
     for row in rows:
-        row = dict(row)
         if row["kind"] in ("ours", "peer"):
             base = 0.0 if denied else bare[row["baseline"]]
             row["overhead_us"] = row["median_us"] - base
@@ -70,11 +90,11 @@ def derive(rows: list[dict[str, Any]], denied: bool = False) -> list[dict[str, A
     return out
 
 
-def _ours(results: dict[str, Any], key: str) -> dict[str, Any] | None:
+def _ours(results: dict[str, Any], key: str, stat: str = "median") -> dict[str, Any] | None:
     rows = results.get("inproc", {}).get("tables", {}).get(key)
     if not rows:
         return None
-    derived = derive(rows, denied=key.endswith("/denied"))
+    derived = derive(rows, denied=key.endswith("/denied"), stat=stat)
     return next((r for r in derived if r["kind"] == "ours"), None)
 
 
@@ -85,24 +105,26 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
     def verdict(ok: bool | None) -> str:
         return "not measured" if ok is None else ("met" if ok else "NOT met")
 
-    row = _ours(results, "memory/one")
-    ratio = row["vs_best_peer"] if row else None
-    out.append((
-        "Memory, one rule: overhead <= 0.5x the best peer's",
-        "-" if ratio is None else f"{ratio:.2f}x ({row['overhead_us']:.1f} us)",
-        verdict(None if ratio is None else ratio <= 0.5),
-    ))  # fmt: skip
-    for key, limit, label in (
-        ("redis/three", 1.15, "Redis, three limits: overhead <= 1.15x one round trip"),
-        ("redis/denied", 0.3, "Redis, identity over its limit: overhead <= 0.3x one round trip"),
+    for key, field, limit, label in (
+        ("memory/one", "vs_best_peer", 0.5, "Memory, one rule: overhead <= 0.5x the best peer's"),
+        ("redis/three", "vs_floor", 1.15, "Redis, three limits: overhead <= 1.15x one round trip"),
+        (
+            "redis/denied",
+            "vs_floor",
+            0.3,
+            "Redis, identity over its limit: overhead <= 0.3x one round trip",
+        ),
     ):
-        row = _ours(results, key)
-        ratio = row["vs_floor"] if row else None
-        out.append((
-            label,
-            "-" if ratio is None else f"{ratio:.2f}x ({row['overhead_us']:.1f} us)",
-            verdict(None if ratio is None else ratio <= limit),
-        ))  # fmt: skip
+        row, quiet = _ours(results, key), _ours(results, key, stat="q1")
+        if row is None or quiet is None or row[field] is None:
+            out.append((label, "-", verdict(None)))
+            continue
+        ratio, quiet_ratio = row[field], quiet[field]
+        text = f"{ratio:.2f}x ({row['overhead_us']:.1f} us); quieter quartile {quiet_ratio:.2f}x"
+        said = verdict(ratio <= limit)
+        if (ratio <= limit) != (quiet_ratio <= limit):
+            said += " (not robust: the quieter quartile disagrees)"
+        out.append((label, text, said))
     memory = results.get("memory", {})
     ours_memory = memory.get("ours_memory") or {}
     for algorithm in MEMORY_TARGET_ALGORITHMS:
@@ -128,6 +150,32 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
         verdict(None if ratio is None else ratio >= 0.9),
     ))  # fmt: skip
     return out
+
+
+def readme_summary(results: dict[str, Any]) -> list[str]:
+    """The ratio table that README.md's performance section quotes (printed, never written)."""
+    tables = results.get("inproc", {}).get("tables", {})
+    meta = results["meta"]
+    lines = [
+        f"Run of {meta['date']} ({meta['nproc']} CPUs, {meta['cpu']}, Python {meta['python']}):",
+        "",
+        "| path | ours | peers (best - worst) | unit |",
+        "|---|---:|---:|---|",
+    ]
+    for key in tables:
+        backend, scenario = key.split("/")
+        rows = derive(tables[key], scenario == "denied")
+        field = "vs_floor" if backend == "redis" else "vs_best_peer"
+        ours = next((r for r in rows if r["kind"] == "ours"), None)
+        peers = [r[field] for r in rows if r["kind"] == "peer" and r[field] is not None]
+        if ours is None or not peers or ours[field] is None:
+            continue
+        unit = "x one Redis round trip" if backend == "redis" else "x the best peer's overhead"
+        lines.append(
+            f"| {backend}, {SCENARIOS[scenario]} | {ours[field]:.2f} "
+            f"| {min(peers):.2f} - {max(peers):.2f} | {unit} |"
+        )
+    return lines
 
 
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:

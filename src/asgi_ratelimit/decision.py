@@ -75,6 +75,18 @@ class Decision:
     ) -> Decision:
         if not policies:
             return cls.unlimited(identity)
+        if len(policies) == 1:
+            # The common case (one rule, one limit): it is the binding policy.
+            p = policies[0]
+            if p.allowed:
+                return cls(
+                    True, p.limit.burst, p.remaining, p.reset_after, 0.0, p.delay, p.name,
+                    identity, policies,
+                )  # fmt: skip
+            return cls(
+                False, p.limit.burst, p.remaining, p.reset_after, p.retry_after, 0.0, p.name,
+                identity, policies,
+            )  # fmt: skip
         denied = [p for p in policies if not p.allowed]
         if denied:
             binding = max(denied, key=lambda p: p.retry_after)

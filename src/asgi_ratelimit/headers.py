@@ -40,6 +40,13 @@ _RAW_NAMES = {
     name: name.lower().encode("ascii")
     for name in (RETRY_AFTER, LIMIT, REMAINING, RESET, POLICY, STATE)
 }
+_STYLES = frozenset({"both", "legacy", "ietf", "none"})
+_RAW_RETRY_AFTER = _RAW_NAMES[RETRY_AFTER]
+_RAW_LIMIT = _RAW_NAMES[LIMIT]
+_RAW_REMAINING = _RAW_NAMES[REMAINING]
+_RAW_RESET = _RAW_NAMES[RESET]
+_RAW_POLICY = _RAW_NAMES[POLICY]
+_RAW_STATE = _RAW_NAMES[STATE]
 # sf-integers have at most 15 digits.
 _SF_INTEGER_MAX = 999_999_999_999_999
 
@@ -68,10 +75,63 @@ def decision_headers(decision: Decision, style: HeaderStyle = "both") -> list[tu
 
 def raw_headers(decision: Decision, style: HeaderStyle = "both") -> list[tuple[bytes, bytes]]:
     """`decision_headers` as ASGI wants them: lower-case byte names, latin-1 values."""
-    return [
-        (_RAW_NAMES[name], value.encode("latin-1"))
-        for name, value in decision_headers(decision, style)
-    ]
+    if style not in _STYLES:
+        return [
+            (_RAW_NAMES[name], value.encode("latin-1"))
+            for name, value in decision_headers(decision, style)
+        ]
+    # What decision_headers answers, encoded, on every response: each policy's constant parts
+    # (its RateLimit-Policy item, its quoted name) are encoded once, and the binding policy's
+    # numbers are formatted once for both header families.
+    headers: list[tuple[bytes, bytes]] = []
+    if not decision.allowed:
+        retry_after = decision.retry_after_header
+        if retry_after is not None:
+            headers.append((_RAW_RETRY_AFTER, str(retry_after).encode("latin-1")))
+    policies = decision.policies
+    if not policies or style == "none":
+        return headers
+    remaining = decision.remaining
+    reset_after = decision.reset_after
+    remaining_bytes = str(_sf_int(remaining)).encode("latin-1")
+    reset_bytes = str(_whole_seconds(reset_after)).encode("latin-1")
+    if style != "ietf":
+        headers.append((_RAW_LIMIT, str(_sf_int(decision.limit)).encode("latin-1")))
+        headers.append((_RAW_REMAINING, remaining_bytes))
+        headers.append((_RAW_RESET, reset_bytes))
+    if style == "legacy":
+        return headers
+    if len(policies) == 1:
+        policy = policies[0]
+        limit = policy.limit
+        headers.append((_RAW_POLICY, _policy_bytes(policy.name, limit.burst, limit.period)))
+        if policy.remaining is remaining and policy.reset_after is reset_after and policy.allowed:
+            # The binding policy itself (Decision.from_policies): its numbers are those above.
+            state = _quoted(policy.name) + b";r=" + remaining_bytes + b";t=" + reset_bytes
+        else:
+            state = _state_bytes(policy)
+        headers.append((_RAW_STATE, state))
+    else:
+        items = [_policy_bytes(p.name, p.limit.burst, p.limit.period) for p in policies]
+        headers.append((_RAW_POLICY, b", ".join(items)))
+        headers.append((_RAW_STATE, b", ".join([_state_bytes(p) for p in policies])))
+    return headers
+
+
+def _state_bytes(policy: PolicyStatus) -> bytes:
+    # _state_item, in bytes.
+    wait = _whole_seconds(policy.retry_after if not policy.allowed else policy.reset_after)
+    return _quoted(policy.name) + f";r={_sf_int(policy.remaining)};t={wait}".encode("latin-1")
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy_bytes(name: str, quota: int, window: int) -> bytes:
+    return _policy_item(name, quota, window).encode("latin-1")
+
+
+@functools.lru_cache(maxsize=1024)
+def _quoted(name: str) -> bytes:
+    return _sf_string(name).encode("latin-1")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -90,6 +150,8 @@ def _state_item(policy: PolicyStatus) -> str:
 
 def _whole_seconds(seconds: float) -> int:
     # Rounded up: a client that waits this long never arrives early.
+    if 0 < seconds < _SF_INTEGER_MAX:  # the usual case; NaN and infinity fail the test
+        return math.ceil(seconds)
     if seconds <= 0 or math.isnan(seconds):
         return 0
     if math.isinf(seconds):

@@ -6,17 +6,16 @@ import dataclasses
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING
 
-from .access import AccessList, IPAddress
 from .algorithms import NEVER, Outcome
 from .backends.base import Backend, Check
 from .backends.memory import MemoryBackend
 from .decision import Decision, HeaderStyle, PolicyStatus
 from .errors import ConfigurationError
-from .identity.base import Identity, IdentitySource, Scope
-from .paths import request_path
+from .identity.base import Identity, IdentitySource
 from .rates import Limit, LimitsLike, parse_limits
+from .request import Access, PolicyCheck, RequestLimiting, Verdict
 from .rules import (
     FAILURE_POLICIES,
     FailurePolicy,
@@ -25,19 +24,16 @@ from .rules import (
     validate_cost,
     validate_failure_policy,
 )
-from .ruleset import RuleSet
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from fastapi import FastAPI
-    from starlette.responses import Response
 
     from .decorators import Endpoint as EndpointT
     from .dependencies import RateLimitDependency
     from .endpoint_limit import CostLike as EndpointCost
     from .endpoint_limit import EndpointKey
-    from .identity.ip import ClientIP
 
 __all__ = [
     "FAILURE_POLICIES",
@@ -53,36 +49,12 @@ __all__ = [
 logger = logging.getLogger("asgi_ratelimit")
 
 HEADER_STYLES: tuple[str, ...] = ("both", "legacy", "ietf", "none")
-#: What the allow/deny lists made of a request: refused (403), let through uncounted, or
-#: checked against the rules.
-Access = Literal["blocked", "bypass", "checked"]
-
-_UNSET = object()
 
 #: How long a client is told to wait when a fail-closed policy denies during an outage.
 OUTAGE_RETRY_AFTER = 1.0
 
 
-class PolicyCheck(NamedTuple):
-    """A named check, as the rules produce them: one item of the RateLimit header."""
-
-    name: str
-    check: Check
-    on_backend_error: FailurePolicy | None = None
-
-
-class Verdict(NamedTuple):
-    """What `RateLimiter.check_request` made of a request.
-
-    ``access`` is ``"blocked"`` (deny list: answer 403), ``"bypass"`` (allow list: pass it
-    through, uncounted, no headers) or ``"checked"`` (``decision`` says whether it may pass).
-    """
-
-    access: Access
-    decision: Decision
-
-
-class RateLimiter:
+class RateLimiter(RequestLimiting):
     """Decides whether a request may pass, for every door: middleware, dependency, direct call.
 
     limiter = RateLimiter()                       # in-memory backend
@@ -102,7 +74,7 @@ class RateLimiter:
 
     The request path (`identify`, `check_request`, `request_checks`, `client_ip_key`,
     `describe_rules`, `denied_response`) is what the middleware, the FastAPI dependency and
-    the Starlette decorator share.
+    the Starlette decorator share; it lives in `request.RequestLimiting`.
     """
 
     def __init__(
@@ -125,20 +97,12 @@ class RateLimiter:
                 f"headers={headers!r}: unknown style (use 'both', 'legacy', 'ietf' or 'none')"
             )
         self.header_style: HeaderStyle = headers
-        self.sources, self.ip_source = _parse_sources(identify)
-        self.ruleset = RuleSet(rules, default_limits, default_tier)
-        self.default_tier = default_tier
-        self.rules: tuple[Rule, ...] = self.ruleset.rules
-        self.default_rule: Rule | None = self.ruleset.default_rule
+        self._setup_request_path(identify, rules, default_limits, default_tier, allow, deny)
         for rule in self.ruleset.all_rules:
             for named in rule.tiers.values():
                 self.supported_limits(limit for _, limit in named)
-        self.allow = AccessList(allow, "allow")
-        self.deny = AccessList(deny, "deny")
         self._fallback: MemoryBackend | None = None
         self._in_outage = False
-        self._warned: set[str] = set()
-        self._address_key = f"asgi_ratelimit.client_address.{id(self)}"
 
     def supported_limits(self, limits: Iterable[Limit]) -> tuple[Limit, ...]:
         """``limits``, once the backend confirmed it can decide each exactly.
@@ -182,130 +146,6 @@ class RateLimiter:
         await self.backend.reset(key, parsed)
         if self._fallback is not None:
             await self._fallback.reset(key, parsed)
-
-    # -- the request path (middleware, dependency, decorator) --------------------------------
-
-    async def identify(self, scope: Scope) -> Identity:
-        """The request's identity: the first source that yields one, else the client IP.
-
-        A source that raises is logged (once) and skipped: identity never takes a request down.
-        """
-        for source in self.sources:
-            if source is self.ip_source:
-                return await self._ip_identity(scope)  # shares the memoized address
-            try:
-                identity = await source(scope)
-            except Exception as exc:
-                self._warn_once(f"identify:{id(source)}", "identity source %r failed", source, exc)
-                continue
-            if isinstance(identity, Identity):
-                return identity
-            if identity is not None:
-                self._warn_once(
-                    f"identity-type:{id(source)}",
-                    "identity source %r returned something else than an Identity or None",
-                    source, TypeError(f"it returned {identity!r}"),
-                )  # fmt: skip
-        return await self._ip_identity(scope)
-
-    async def client_ip_key(self, scope: Scope) -> str:
-        """The client-IP identity key (``"ip:203.0.113.7"``), for rules with ``key="ip"``."""
-        return (await self._ip_identity(scope)).key
-
-    def client_address(self, scope: Scope) -> IPAddress | None:
-        """The client's address as the `ClientIP` source resolves it (proxies honoured).
-
-        Resolved once per request: the lists, the identity fallback, ``key="ip"`` rules and a
-        route's dependency all ask, so the answer is kept in the scope (under a key of this
-        limiter's own, since two limiters may trust different proxies).
-        """
-        memo = scope.get(self._address_key, _UNSET)
-        if memo is not _UNSET:
-            return memo  # type: ignore[no-any-return]
-        try:
-            address = self.ip_source.client_address(scope)
-        except Exception as exc:
-            self._warn_once("client-address", "ClientIP %r failed", self.ip_source, exc)
-            address = None
-        scope[self._address_key] = address
-        return address
-
-    async def _ip_identity(self, scope: Scope) -> Identity:
-        try:
-            key = self.ip_source.key_for(self.client_address(scope))
-        except Exception as exc:
-            self._warn_once("client-ip", "ClientIP %r failed", self.ip_source, exc)
-            key = "ip:unknown"
-        return Identity(key, None, "ip")
-
-    async def check_request(self, scope: Scope, *, consume: bool = True) -> Verdict:
-        """Deny list, allow list, identity, rules, then one atomic `decide` for every rule.
-
-        ``consume=False`` peeks: the same answer, nothing counted (``/rate_limit`` pages).
-        """
-        address = self.client_address(scope)
-        if self.deny.has_address(address):
-            return Verdict("blocked", Decision.unlimited())
-        if self.allow.has_address(address) and not self.deny.keys:
-            return Verdict("bypass", Decision.unlimited())  # no identity needed: skip the work
-        identity = await self.identify(scope)
-        if self.deny.has_identity(identity.key):
-            return Verdict("blocked", Decision.unlimited(identity))
-        if self.allow.has_address(address) or self.allow.has_identity(identity.key):
-            return Verdict("bypass", Decision.unlimited(identity))
-        checks = await self.request_checks(scope, identity)
-        return Verdict("checked", await self.decide(checks, identity, consume=consume))
-
-    def matching_rules(self, method: str, path: str) -> list[Rule]:
-        """The rules for ``method`` on a normalized ``path``, in order; else the default."""
-        return self.ruleset.matching(method, path)
-
-    async def request_checks(self, scope: Scope, identity: Identity) -> list[PolicyCheck]:
-        """One `PolicyCheck` per limit of every rule matching the request."""
-        # A websocket handshake is a GET; HEAD shares GET's budget (Rule.matches).
-        method = scope.get("method", "GET") if scope.get("type") == "http" else "GET"
-        path = request_path(scope)
-        rules = self.matching_rules(str(method).upper(), path)
-        ip_key = ""
-        if any(rule.key == "ip" for rule in rules):
-            ip_key = await self.client_ip_key(scope)
-        checks: list[PolicyCheck] = []
-        for rule in rules:
-            named = rule.limits_for(identity.tier, self.default_tier)
-            if not named:
-                continue  # a tier mapped to None is unlimited on this rule
-            cost = await self._rule_cost(rule, scope)
-            key = rule.budget_key(identity.key, ip_key, path)
-            checks.extend(
-                PolicyCheck(name, Check(key, limit, cost), rule.on_backend_error)
-                for name, limit in named
-            )
-        return checks
-
-    async def _rule_cost(self, rule: Rule, scope: Scope) -> float:
-        try:
-            return await rule.cost_for(scope)
-        except Exception as exc:
-            # Counting the request as 1 keeps the limit in force without failing the request.
-            self._warn_once(f"cost:{rule.name}", "cost of rule %r failed; counting 1", rule, exc)
-            return 1
-
-    def describe_rules(self, method: str, path: str) -> list[str]:
-        """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``."""
-        return self.ruleset.describe(method, path)
-
-    def denied_response(self, decision: Decision, scope: Scope | None = None) -> Response:
-        """The 429 as a Starlette ``Response``: problem+json, ``Retry-After`` and headers."""
-        from .responses import starlette_denied_response
-
-        return starlette_denied_response(decision, self.header_style)
-
-    def _warn_once(self, what: str, message: str, subject: object, exc: BaseException) -> None:
-        # Logged once per cause, not per request: a broken source would flood the logs.
-        if what in self._warned:
-            return
-        self._warned.add(what)
-        logger.error(message + " (%s: %s); logged once", subject, type(exc).__name__, exc)
 
     def _direct_checks(self, key: str, limits: LimitsLike, cost: float) -> list[PolicyCheck]:
         if not isinstance(key, str):
@@ -415,9 +255,14 @@ class RateLimiter:
 def _statuses(
     checks: Sequence[PolicyCheck], outcomes: Sequence[Outcome], consume: bool
 ) -> tuple[PolicyStatus, ...]:
+    if len(checks) == 1 and len(outcomes) == 1:  # one limit: the usual case, on every request
+        pc = checks[0]
+        return (_status(pc.name, pc.check, outcomes[0], consume),)
     return tuple(
-        _status(pc.name, pc.check, outcome, consume)
-        for pc, outcome in zip(checks, outcomes, strict=True)
+        [
+            _status(pc.name, pc.check, outcome, consume)
+            for pc, outcome in zip(checks, outcomes, strict=True)
+        ]
     )
 
 
@@ -425,37 +270,19 @@ def _status(name: str, check: Check, outcome: Outcome, consume: bool) -> PolicyS
     remaining = outcome.remaining
     if not consume and outcome.allowed:
         remaining += check.cost  # a peek reports what is left now, before this request
-    retry = NEVER if outcome.retry_us == NEVER else outcome.retry_us / 1_000_000
+    retry = outcome.retry_us
+    limit = check.limit
+    # Positional, and limit.burst for limit.capacity: this runs on every request.
     return PolicyStatus(
-        name=name,
-        limit=check.limit,
-        allowed=outcome.allowed,
-        remaining=max(0, min(check.limit.capacity, math.floor(remaining))),
-        reset_after=outcome.reset_us / 1_000_000,
-        retry_after=retry,
-        delay=outcome.delay_us / 1_000_000,
+        name,
+        limit,
+        outcome.allowed,
+        max(0, min(limit.burst, math.floor(remaining))),
+        outcome.reset_us / 1_000_000,
+        NEVER if retry == NEVER else retry / 1_000_000,
+        outcome.delay_us / 1_000_000,
     )
 
 
 def as_limit(value: Limit | str) -> Limit:
     return value if isinstance(value, Limit) else Limit(value)
-
-
-def _parse_sources(
-    identify: IdentitySource | Iterable[IdentitySource] | None,
-) -> tuple[tuple[IdentitySource, ...], ClientIP]:
-    """The identity sources, and the `ClientIP` for the fallback and ``key="ip"`` rules."""
-    from .identity.ip import ClientIP  # lazily: the identity module may pull extras
-
-    if identify is None:
-        ip = ClientIP()
-        return (ip,), ip
-    items = [identify] if callable(identify) else list(identify)
-    for source in items:
-        if not callable(source):
-            raise ConfigurationError(
-                f"identify: {source!r} is not an identity source (use ClientIP(), APIKey(...), "
-                "JWTSubject(...) or an async callable scope -> Identity | None)"
-            )
-    ip_sources = [source for source in items if isinstance(source, ClientIP)]
-    return tuple(items), ip_sources[0] if ip_sources else ClientIP()

@@ -36,6 +36,9 @@ OnLimited = Callable[[Scope, Decision], "ASGIApp | Awaitable[ASGIApp | None] | N
 # Fields that are structured-field lists may repeat (the lists concatenate); the others are
 # left alone when the app already set them (a route-level limit knows better).
 _LIST_FIELDS = frozenset({b"ratelimit", b"ratelimit-policy"})
+_SINGLE_FIELDS = frozenset(
+    {b"retry-after", b"x-ratelimit-limit", b"x-ratelimit-remaining", b"x-ratelimit-reset"}
+)
 #: Policy violation: the close code for a refused websocket handshake (RFC 6455 7.4.1).
 WS_POLICY_VIOLATION = 1008
 
@@ -110,22 +113,34 @@ class RateLimitMiddleware:
             return None
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        verdict = await self._verdict(scope)
-        if verdict is None or verdict.access == "bypass":
+        try:
+            verdict = await self.limiter.check_request(scope)
+        except Exception as exc:
+            # The limiter already absorbs backend, identity and cost failures; anything else
+            # is a bug that must not cost the request: let it through, loudly once.
+            self._warn_once("verdict", "rate limiting failed; letting requests through", exc)
             await self.app(scope, receive, send)
             return
-        if verdict.access == "blocked":
-            await send_http(send, *self._forbidden)
+        access = verdict.access
+        if access != "checked":
+            if access == "blocked":
+                await send_http(send, *self._forbidden)
+            else:
+                await self.app(scope, receive, send)
             return
         decision = verdict.decision
-        scope.setdefault("state", {})["rate_limit"] = decision
+        state = scope.get("state")
+        if state is None:
+            scope["state"] = {"rate_limit": decision}
+        else:
+            state["rate_limit"] = decision
         if not decision.allowed:
             await self._deny(scope, receive, send, decision)
             return
         if decision.delay > 0:
             await self._sleep(decision.delay)  # leaky bucket: shape, do not reject
-        if not decision.policies:
-            await self.app(scope, receive, send)
+        if not decision.policies or self._style == "none":
+            await self.app(scope, receive, send)  # no header to add: no send wrapper
             return
         await self.app(scope, receive, _adding_headers(send, raw_headers(decision, self._style)))
 
@@ -194,8 +209,13 @@ def _adding_headers(
     async def send_with_headers(message: Message) -> None:
         if message["type"] == start:
             headers = list(message.get("headers") or ())
-            present = {bytes(name).lower() for name, _ in headers}
-            headers.extend(h for h in extra if h[0] in _LIST_FIELDS or h[0] not in present)
+            for name, _ in headers:
+                if bytes(name).lower() in _SINGLE_FIELDS:
+                    present = {bytes(n).lower() for n, _ in headers}
+                    headers.extend(h for h in extra if h[0] in _LIST_FIELDS or h[0] not in present)
+                    break
+            else:  # the usual case: the app set none of ours, all are added
+                headers.extend(extra)
             message = {**message, "headers": headers}
         await send(message)
 

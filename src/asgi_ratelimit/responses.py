@@ -19,6 +19,7 @@ The 429 uses the problem type that draft-ietf-httpapi-ratelimit-headers defines,
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -59,22 +60,28 @@ _FORBIDDEN_BODY = json.dumps(
 
 def problem_body(decision: Decision) -> bytes:
     """The problem+json body of a 429 for ``decision``."""
-    violated = [policy.name for policy in decision.policies if not policy.allowed]
-    retry = decision.retry_after_header
+    violated = tuple([policy.name for policy in decision.policies if not policy.allowed])
+    return _problem_body(decision.policy, decision.retry_after_header, violated)
+
+
+@functools.lru_cache(maxsize=1024)
+def _problem_body(policy: str | None, retry: int | None, violated: tuple[str, ...]) -> bytes:
+    # A denied client retries: the same few bodies (one per policy and wait) come back, and
+    # serializing JSON is the bulk of answering a 429. Built once each.
     if retry is None:
         detail = (
-            f"Rate limit {decision.policy!r} exceeded: this request costs more than the limit "
+            f"Rate limit {policy!r} exceeded: this request costs more than the limit "
             "allows at once and can never pass."
         )
     else:
         unit = "second" if retry == 1 else "seconds"
-        detail = f"Rate limit {decision.policy!r} exceeded: retry in {retry} {unit}."
+        detail = f"Rate limit {policy!r} exceeded: retry in {retry} {unit}."
     problem = {
         "type": QUOTA_EXCEEDED,
         "title": "Too Many Requests",
         "status": 429,
         "detail": detail,
-        "violated-policies": violated,
+        "violated-policies": list(violated),
     }
     return json.dumps(problem, separators=(",", ":")).encode()
 

@@ -69,6 +69,7 @@ class Rule:
     """
 
     __slots__ = (
+        "_key_prefix",
         "_pattern",
         "cost",
         "key",
@@ -76,6 +77,7 @@ class Rule:
         "name",
         "on_backend_error",
         "path",
+        "static_cost",
         "stop",
         "tiers",
     )
@@ -85,6 +87,8 @@ class Rule:
     name: str
     key: RuleKey
     cost: CostLike
+    #: the cost when it is a number (no callable to await per request), else None
+    static_cost: float | None
     stop: bool
     on_backend_error: FailurePolicy | None
     #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
@@ -112,7 +116,9 @@ class Rule:
                 "or 'path')"
             )
         self.key = key
-        self.cost = cost if callable(cost) else validate_cost(cost, f"rule {self.name!r}: ")
+        self.static_cost = None if callable(cost) else validate_cost(cost, f"rule {self.name!r}: ")
+        self.cost = cost if self.static_cost is None else self.static_cost
+        self._key_prefix = f"rule:{self.name}|"
         if not isinstance(stop, bool):
             raise ConfigurationError(f"rule {self.name!r}: stop={stop!r} must be True or False")
         self.stop = stop
@@ -172,17 +178,16 @@ class Rule:
 
     def budget_key(self, identity_key: str, ip_key: str, path: str) -> str:
         """The storage key of this rule's budget for one request."""
-        if self.key == "global":
-            who = "*"
-        elif self.key == "ip":
-            who = ip_key
-        elif self.key == "path":
-            if len(path) > _MAX_KEY_PATH:
-                path = "#" + hashlib.sha256(path.encode("utf-8", "replace")).hexdigest()[:32]
-            who = f"{identity_key}|{path}"
-        else:
-            who = identity_key
-        return f"rule:{self.name}|{who}"
+        key = self.key
+        if key == "identity":
+            return self._key_prefix + identity_key
+        if key == "global":
+            return self._key_prefix + "*"
+        if key == "ip":
+            return self._key_prefix + ip_key
+        if len(path) > _MAX_KEY_PATH:
+            path = "#" + hashlib.sha256(path.encode("utf-8", "replace")).hexdigest()[:32]
+        return f"{self._key_prefix}{identity_key}|{path}"
 
     async def cost_for(self, scope: Scope) -> float:
         """The request's cost: the static number, or what the cost callable answers."""

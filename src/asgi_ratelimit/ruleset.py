@@ -17,11 +17,16 @@ from .rules import Rule, TieredLimits
 
 __all__ = ["RuleSet"]
 
+#: Distinct (method, path) pairs whose rules are remembered, and the longest path remembered:
+#: at most a few hundred kilobytes whatever the clients send.
+_CACHE_SIZE = 1024
+_MAX_CACHED_PATH = 256
+
 
 class RuleSet:
     """Rules in order; ``default_limits`` (a rule named ``"default"``) when none matches."""
 
-    __slots__ = ("default_rule", "default_tier", "rules")
+    __slots__ = ("_cache", "default_rule", "default_tier", "rules")
 
     def __init__(
         self,
@@ -34,6 +39,9 @@ class RuleSet:
                 f"default_tier={default_tier!r}: must be a non-empty tier name such as 'free'"
             )
         self.default_tier = default_tier
+        # (method, normalized path) -> matching rules: a request's rules are found once per
+        # distinct path, then by one dict lookup. Bounded (see `match`).
+        self._cache: dict[tuple[str, str], tuple[Rule, ...]] = {}
         parsed: list[Rule] = []
         for rule in [rules] if isinstance(rules, Rule) else rules:
             if not isinstance(rule, Rule):
@@ -71,6 +79,25 @@ class RuleSet:
 
     def matching(self, method: str, path: str) -> list[Rule]:
         """The rules for ``method`` on a normalized ``path``, in order; else the default."""
+        return list(self.match(method, path))
+
+    def match(self, method: str, path: str) -> tuple[Rule, ...]:
+        """`matching`, memoized: what the request path calls on every request."""
+        key = (method, path)
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        found = self._match(method, path)
+        if len(path) <= _MAX_CACHED_PATH:
+            cache = self._cache
+            if len(cache) >= _CACHE_SIZE:
+                # Clients choose paths (/items/1, /items/2, ...): start over rather than grow.
+                # Refilling costs one regular match per path, which is all a miss costs.
+                cache.clear()
+            cache[key] = found
+        return found
+
+    def _match(self, method: str, path: str) -> tuple[Rule, ...]:
         matched: list[Rule] = []
         for rule in self.rules:
             if rule.matches(method, path):
@@ -79,7 +106,7 @@ class RuleSet:
                     break
         if not matched and self.default_rule is not None:
             matched.append(self.default_rule)
-        return matched
+        return tuple(matched)
 
     def describe(self, method: str, path: str) -> list[str]:
         """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``."""

@@ -9,9 +9,13 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asgi_ratelimit import ConfigurationError, Limit, MemoryBackend
+from asgi_ratelimit.algorithms import DECIDERS
 from asgi_ratelimit.backends import Backend, Check
+from asgi_ratelimit.backends.memory import _ARITY, _pack, _unpack
 from asgi_ratelimit.clock import monotonic_epoch_clock
 from asgi_ratelimit.rates import ALGORITHM_NAMES
 from tests.conftest import FakeClock
@@ -145,11 +149,70 @@ async def test_memory_is_bounded_by_max_keys_least_recently_used_first(clock: Fa
             # A key that keeps being used (here: denied) is not idle: the flood cannot reset it.
             assert not (await backend.hit([Check("busy", limit)]))[0].allowed
         assert len(backend) <= 100
-    assert len(backend) == 100
+        # Two generations: past max_keys the older one goes, so at least half stay.
+        assert len(backend) >= min(i + 2, 50)
     assert not (await backend.hit([Check("busy", limit)]))[0].allowed
-    assert not (await backend.hit([Check("flood-9999", limit)]))[0].allowed
+    # The newest half of max_keys are all kept (peek: looking must not make a key young).
+    for i in range(9_950, 10_000):
+        assert not (await backend.peek([Check(f"flood-{i}", limit)]))[0].allowed
     # The oldest flood keys were evicted: they start over with a full quota.
     assert (await backend.hit([Check("flood-0", limit)]))[0].allowed
+
+
+@pytest.mark.parametrize("phase", range(0, 100, 9))
+async def test_a_key_used_once_per_eighth_of_max_keys_new_keys_is_never_evicted(
+    phase: int, clock: FakeClock
+) -> None:
+    # The documented guarantee, whatever the key's phase against the generations' turnover,
+    # with expired keys (swept) mixed into the flood.
+    backend = MemoryBackend(clock=clock, max_keys=100)
+    keep = Limit("1/hour", algorithm="gcra")
+    short = Limit("1/second", algorithm="fixed_window")
+    for i in range(phase):
+        await backend.hit([Check(f"warm-{i}", keep)])
+    await backend.hit([Check("busy", keep)])
+    for i in range(2_000):
+        if i % 7 == 0:
+            clock.advance(0.25)  # the short keys expire as the flood goes on
+        await backend.hit([Check(f"flood-{i}", short if i % 3 else keep)])
+        if i % 12 == 11:  # 12 = 100 // 8 new keys between two uses
+            assert not (await backend.hit([Check("busy", keep)]))[0].allowed
+        assert len(backend) <= 100
+
+
+async def test_idle_keys_are_dropped_before_live_ones(clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock, max_keys=100)
+    short = Limit("1/second", algorithm="token_bucket")
+    long = Limit("1/day", algorithm="token_bucket")
+    for i in range(50):
+        await backend.hit([Check(f"short-{i}", short), Check(f"long-{i}", long)])
+    assert len(backend) == 100
+    clock.advance(1)  # every short key's bucket is full again: its state is worthless
+    for i in range(50, 100):
+        await backend.hit([Check(f"long-{i}", long)])
+        assert len(backend) <= 100
+    # The 50 expired keys made the room: all 100 live keys are kept, none was evicted.
+    assert len(backend) == 100
+    for i in range(100):
+        assert not (await backend.peek([Check(f"long-{i}", long)]))[0].allowed
+
+
+async def test_reset_reaches_keys_of_both_generations(clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock, max_keys=10)
+    limit, other = Limit("1/hour"), Limit("1/hour", algorithm="gcra")
+    await backend.hit([Check("a", limit), Check("a", other)])
+    for i in range(5):  # enough new keys to turn the generations over once
+        await backend.hit([Check(f"k{i}", limit)])
+    await backend.hit([Check("a", limit, 0)])  # cost 0: looked at, not rewritten
+    await backend.reset("a")
+    assert len(backend) == 5
+    assert [(await backend.hit([Check("a", lim)]))[0].allowed for lim in (limit, other)] == [
+        True,
+        True,
+    ]
+    await backend.reset("a", [other])
+    assert len(backend) == 6
+    assert not (await backend.hit([Check("a", limit)]))[0].allowed
 
 
 async def test_expired_keys_are_swept_before_anything_is_evicted(clock: FakeClock) -> None:
@@ -216,3 +279,47 @@ async def test_default_clock_lifecycle_and_protocol() -> None:
 def test_max_keys_must_be_a_positive_int(bad: object) -> None:
     with pytest.raises(ConfigurationError, match=r"MemoryBackend\(max_keys=.*\): must be an int"):
         MemoryBackend(max_keys=bad)  # type: ignore[arg-type]
+
+
+def test_every_algorithm_declares_the_arity_of_its_state() -> None:
+    # Packed states are unpacked by arity: a state whose length changed would be misread.
+    assert set(_ARITY) == set(DECIDERS) == set(ALGORITHM_NAMES)
+    for algorithm, decide in DECIDERS.items():
+        state = decide(None, 1_699_920_000_000_000, five(algorithm), 1).state
+        assert state is not None
+        assert len(state) == (_ARITY[algorithm] or len(state))
+        if _ARITY[algorithm]:
+            assert _unpack(_pack(state, 1), 0, _ARITY[algorithm]) == state
+
+
+_U64 = 2**64 - 1
+_NUMBER = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([0, 1, _U64, _U64 + 1, -1]),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    state=st.lists(_NUMBER, min_size=1, max_size=3).map(tuple),
+    expires_at=st.one_of(st.integers(min_value=-10, max_value=2**65), st.just(_U64)),
+)
+def test_a_stored_state_reads_back_exactly_until_it_expires(
+    state: tuple[float, ...], expires_at: int
+) -> None:
+    # Whatever the numbers (ints beyond 64 bits, negatives, floats), storage is exact: what
+    # does not fit in the packed int is kept as a tuple.
+    entry = _pack(state, expires_at)
+    for now in (expires_at - 1, expires_at, expires_at + 1):
+        got = _unpack(entry, now, len(state))
+        if now < expires_at:
+            assert got == state
+            assert [type(value) for value in got] == [type(value) for value in state]
+        else:
+            assert got is None
+
+
+def test_a_log_state_is_stored_as_it_is() -> None:
+    log = ((1_000_000, 1), (1_000_005, 2.5))
+    assert _unpack(_pack(log, 2_000_000), 1_999_999, _ARITY["sliding_window_log"]) == log

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from asgi_ratelimit.backends.base import Check
 from asgi_ratelimit.backends.memory import MemoryBackend
 from asgi_ratelimit.backends.redis import RedisBackend
+from asgi_ratelimit.backends.redis_script import decode
 from asgi_ratelimit.errors import ConfigurationError
 from asgi_ratelimit.rates import Limit
 from tests.backends.conftest import RedisServer, require_redis_binaries
@@ -167,7 +168,7 @@ async def test_refund_undoes_a_hit_for_every_algorithm(
         keys = [backend.storage_key("r", limit)]
         reply = await backend._eval("hit", check, keys, round(clock.now * 1_000_000))
         assert await backend.peek(check) != before
-        await backend._eval("refund", check, keys, int(reply[0]))
+        await backend._eval("refund", check, keys, decode(reply, check)[0])
         assert await backend.peek(check) == before, limit
 
 

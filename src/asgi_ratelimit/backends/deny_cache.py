@@ -72,14 +72,16 @@ class DenyCache:
         allowed = True
         for storage_key, check in zip(storage_keys, checks, strict=True):
             entry = self._entries.get(storage_key)
-            if entry is None or entry.limit != check.limit:
+            if entry is None or (entry.limit is not check.limit and entry.limit != check.limit):
                 return None
             if local_now + entry.offset_high >= entry.until:
                 del self._entries[storage_key]
                 return None
             now = local_now + entry.offset_low
             outcome = DECIDERS[check.limit.algorithm](entry.state, now, check.limit, check.cost)
-            outcomes.append(outcome._replace(state=None))
+            if outcome.state is not None:  # _replace costs ~1 us: only when needed
+                outcome = outcome._replace(state=None)
+            outcomes.append(outcome)
             allowed = allowed and outcome.allowed
         if allowed:
             return None  # it would pass: only Redis may count it

@@ -1,11 +1,11 @@
-"""The in-process backend: exact, bounded, and testable with a fake clock."""
+"""The in-process backend: exact, bounded, small, and testable with a fake clock."""
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Any
 
 from ..algorithms import DECIDERS, Outcome, State
 from ..clock import Clock, monotonic_epoch_clock
@@ -15,9 +15,24 @@ from .base import Check
 
 __all__ = ["MemoryBackend"]
 
-# How many least-recently-written entries each write inspects for expiry. Expired entries are
-# indistinguishable from absent ones, so dropping them early only frees memory.
-_SWEEP_PER_WRITE = 2
+# A stored entry is one int when its state is all ints (see _pack), else the tuple
+# (expires_at, *state). Tables map limit id -> key -> entry.
+Entry = Any
+Tables = dict[str, dict[str, Entry]]
+
+_BITS = 64
+_MASK = (1 << _BITS) - 1
+# How many numbers each algorithm's state holds when it packs into one int (0: never packs).
+_ARITY = {
+    "fixed_window": 2,
+    "sliding_window_counter": 3,
+    "token_bucket": 2,
+    "gcra": 1,
+    "leaky_bucket": 1,
+    "sliding_window_log": 0,
+}
+# No sweep for expired state before the backend holds this many entries (see _maintain).
+_FIRST_SWEEP = 16
 
 
 class MemoryBackend:
@@ -29,26 +44,38 @@ class MemoryBackend:
 
     Every decision happens in one synchronous step (no ``await`` inside), so concurrent
     coroutines cannot interleave and a threading lock keeps threads exact too. Memory is
-    bounded: expired state is swept as new keys arrive, and past ``max_keys`` the least
-    recently written key is dropped (it starts again with a full quota).
+    bounded by ``max_keys`` and kept small: a key's state is one Python int in a plain dict
+    per limit (under 200 bytes per key). Expired state is swept first; past ``max_keys``
+    the older of two generations is dropped (its keys start again with a full quota).
     """
 
     def __init__(self, *, clock: Clock | None = None, max_keys: int = 1_000_000) -> None:
         if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
             raise ConfigurationError(f"MemoryBackend(max_keys={max_keys!r}): must be an int >= 1")
         self._clock: Clock = clock or monotonic_epoch_clock
-        self.max_keys = max_keys
-        # storage key -> (expires_at_us, state); ordered from least to most recently written.
-        self._entries: OrderedDict[str, tuple[int, State]] = OrderedDict()
+        self._max_keys = max_keys
+        # Two generations instead of an exact LRU: an OrderedDict costs ~50 more bytes per key.
+        # Writes (and reads that consume) land in the young one; a key found only in the old
+        # one moves to the young one. When the young one outgrows half of max_keys the old one
+        # is dropped and the young one becomes old: a key used at least once per ~max_keys/2
+        # new keys is never evicted.
+        self._young: Tables = {}
+        self._old: Tables = {}
+        self._young_size = 0
+        self._old_size = 0
+        self._half = max_keys // 2
+        self._sweep_at = min(max_keys, _FIRST_SWEEP)
         self._lock = threading.Lock()
         # The latest instant any decision used: time never steps back below it (see hit_sync).
         self._last_now = 0
 
-    def __len__(self) -> int:
-        return len(self._entries)
+    @property
+    def max_keys(self) -> int:
+        """The most keys (one per key and limit) held at once."""
+        return self._max_keys
 
-    def _now_us(self) -> int:
-        return round(self._clock() * 1_000_000)
+    def __len__(self) -> int:
+        return self._young_size + self._old_size
 
     async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
         return self.hit_sync(checks, commit=True)
@@ -58,75 +85,112 @@ class MemoryBackend:
 
     def hit_sync(self, checks: Sequence[Check], *, commit: bool = True) -> list[Outcome]:
         """Decide ``checks`` now; store the new states when all are allowed and ``commit``."""
-        entries = self._entries
         with self._lock:
             # The clock is read under the lock so that threads decide in time order, and it
             # is never allowed to step back: a wall clock that jumps back would otherwise make
             # a fixed or sliding window start over and hand out its quota a second time.
-            now = max(self._now_us(), self._last_now)
+            now = round(self._clock() * 1_000_000)
+            if now < self._last_now:
+                now = self._last_now
             self._last_now = now
             outcomes: list[Outcome] = []
             # The same key and limit may appear twice in one call: later checks see earlier ones.
-            pending: dict[str, State] = {}
+            pending: dict[tuple[str, str], State] | None = {} if len(checks) > 1 else None
             allowed = True
-            for check in checks:
-                storage_key = _storage_key(check.key, check.limit)
-                state = pending.get(storage_key)
-                if state is None:
-                    entry = entries.get(storage_key)
-                    if entry is not None and entry[0] > now:
-                        state = entry[1]
-                        if commit:
-                            # A key that is being denied is busy, not idle: keep it away from
-                            # the eviction end so a flood of new keys cannot reset its quota.
-                            entries.move_to_end(storage_key)
-                outcome = DECIDERS[check.limit.algorithm](state, now, check.limit, check.cost)
-                outcomes.append(outcome)
-                if outcome.allowed:
-                    if outcome.state is not None:
-                        pending[storage_key] = outcome.state
+            for key, limit, cost in checks:
+                if pending and (limit.id, key) in pending:
+                    state: State | None = pending[limit.id, key]
                 else:
+                    table = self._young.get(limit.id)
+                    entry = None if table is None else table.get(key)
+                    if entry is None:
+                        state = self._old_state(limit, key, now, commit)
+                    else:
+                        state = _unpack(entry, now, _ARITY[limit.algorithm])
+                outcome = DECIDERS[limit.algorithm](state, now, limit, cost)
+                outcomes.append(outcome)
+                if not outcome.allowed:
                     allowed = False
+                elif pending is not None and outcome.state is not None:
+                    pending[limit.id, key] = outcome.state
             if allowed and commit:
-                for check, outcome in zip(checks, outcomes, strict=True):
-                    if check.cost and outcome.state is not None:
-                        key = _storage_key(check.key, check.limit)
-                        self._store(key, now + outcome.ttl_us, outcome.state, now)
+                for (key, limit, cost), outcome in zip(checks, outcomes, strict=True):
+                    if cost and outcome.state is not None:
+                        entry = _pack(outcome.state, now + outcome.ttl_us)
+                        table = self._young.get(limit.id)
+                        if table is not None and key in table:
+                            table[key] = entry  # the common case: an update in place
+                        else:
+                            self._insert(limit.id, key, entry, now)
             return outcomes
 
-    def _store(self, storage_key: str, expires_at: int, state: State, now: int) -> None:
-        entries = self._entries
-        entries[storage_key] = (expires_at, state)
-        entries.move_to_end(storage_key)
-        for _ in range(_SWEEP_PER_WRITE):
-            oldest_key, (oldest_expiry, _state) = next(iter(entries.items()))
-            if oldest_expiry > now:
-                break
-            del entries[oldest_key]
-            if not entries:
-                break
-        while len(entries) > self.max_keys:
-            entries.popitem(last=False)
+    def _old_state(self, limit: Limit, key: str, now: int, touch: bool) -> State | None:
+        """The live state of a key not in the young generation; ``touch`` makes it young."""
+        table = self._old.get(limit.id)
+        entry = None if table is None else table.get(key)
+        if entry is None:
+            return None
+        state = _unpack(entry, now, _ARITY[limit.algorithm])
+        if state is not None and touch:
+            # A key that is being denied is busy, not idle: keep it out of the generation that
+            # is dropped next, so a flood of new keys cannot reset its quota.
+            self._insert(limit.id, key, entry, now)
+        return state
+
+    def _insert(self, limit_id: str, key: str, entry: Entry, now: int) -> None:
+        """Add a key to the young generation (moving it from the old one if it is there)."""
+        table = self._young.get(limit_id)
+        if table is None:
+            table = self._young[limit_id] = {}
+        table[key] = entry
+        self._young_size += 1
+        old = self._old.get(limit_id)
+        if old is not None and old.pop(key, None) is not None:
+            self._old_size -= 1
+        if self._young_size > self._half or self._young_size + self._old_size > self._sweep_at:
+            self._maintain(now)
+
+    def _maintain(self, now: int) -> None:
+        """Sweep expired state; then make room in the young generation.
+
+        Runs when the young generation passes half of ``max_keys`` or the backend has doubled
+        since the last sweep (or passed ``max_keys``). Each run (one pass over the entries)
+        leaves room for an eighth of ``max_keys`` new keys, so its cost is O(1) per new key.
+        """
+        young_full = self._young_size > self._half
+        self._young_size = _sweep(self._young, now)
+        self._old_size = _sweep(self._old, now)
+        margin = self._max_keys // 8
+        if len(self) > self._max_keys - margin and self._young_size > margin:
+            # Crowded with live keys: the old generation (keys unused since the young one
+            # started) goes, whole. Waiting for max_keys exactly would sweep on every insert.
+            self._old, self._old_size = self._young, self._young_size
+            self._young, self._young_size = {}, 0
+        elif young_full and self._young_size > margin:
+            # Room enough: nothing is dropped, the young keys just join the old generation.
+            for limit_id, table in self._young.items():
+                self._old.setdefault(limit_id, {}).update(table)
+            self._old_size += self._young_size
+            self._young, self._young_size = {}, 0
+        self._sweep_at = min(self._max_keys, max(2 * len(self), _FIRST_SWEEP))
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
         with self._lock:
-            if limits is not None:
-                for limit in limits:
-                    self._entries.pop(_storage_key(key, limit), None)
-                return
-            prefix = key + "\x1f"
-            # rpartition: the limit id never contains the separator, but a key may, so
-            # "a" must not reset the key "a\x1fb".
-            doomed = [
-                k for k in self._entries if k.startswith(prefix) and k.rpartition("\x1f")[0] == key
-            ]
-            for storage_key in doomed:
-                del self._entries[storage_key]
+            ids = None if limits is None else {limit.id for limit in limits}
+            for generation in (self._young, self._old):
+                for limit_id, table in generation.items():
+                    if (ids is None or limit_id in ids) and table.pop(key, None) is not None:
+                        if generation is self._young:
+                            self._young_size -= 1
+                        else:
+                            self._old_size -= 1
 
     async def clear(self) -> None:
         """Forget every key."""
         with self._lock:
-            self._entries.clear()
+            self._young, self._old = {}, {}
+            self._young_size = self._old_size = 0
+            self._sweep_at = min(self._max_keys, _FIRST_SWEEP)
 
     async def aclose(self) -> None:
         await self.clear()
@@ -143,9 +207,60 @@ class MemoryBackend:
         await self.aclose()
 
     def __repr__(self) -> str:
-        return f"MemoryBackend(keys={len(self._entries)}, max_keys={self.max_keys})"
+        return f"MemoryBackend(keys={len(self)}, max_keys={self._max_keys})"
 
 
-def _storage_key(key: str, limit: Limit) -> str:
-    # \x1f (unit separator) cannot be confused with anything a limit id contains.
-    return f"{key}\x1f{limit.id}"
+def _pack(state: State, expires_at: int) -> Entry:
+    """``state`` and its expiry as one int when they are ints that fit, else a flat tuple.
+
+    One int of a few hundred bits costs 32-64 bytes; the tuple of the same ints costs
+    100-130. Each number after the first takes 64 bits (unsigned), the first any int.
+    """
+    packed = state[0] if state else None
+    if type(packed) is int and type(expires_at) is int and 0 <= expires_at <= _MASK:
+        for value in state[1:]:
+            if type(value) is not int or not 0 <= value <= _MASK:
+                break
+            packed = packed << _BITS | value
+        else:
+            return packed << _BITS | expires_at
+    return (expires_at, *state)
+
+
+def _unpack(entry: Entry, now: int, arity: int) -> State | None:
+    """The state ``_pack`` stored, or None when it has expired (it then equals no state)."""
+    if type(entry) is not int:
+        return entry[1:] if entry[0] > now else None
+    if entry & _MASK <= now:
+        return None
+    rest = entry >> _BITS
+    if arity == 1:
+        return (rest,)
+    if arity == 2:
+        return divmod(rest, 1 << _BITS)
+    high, last = divmod(rest, 1 << _BITS)
+    return (*divmod(high, 1 << _BITS), last)
+
+
+def _sweep(generation: Tables, now: int) -> int:
+    """Drop expired entries from ``generation`` in place; return how many entries are left."""
+    size = 0
+    for limit_id, table in list(generation.items()):
+        expired = [
+            key
+            for key, entry in table.items()
+            if (entry & _MASK if type(entry) is int else entry[0]) <= now
+        ]
+        if len(expired) * 2 > len(table):
+            # Mostly expired: rebuilt, since a dict never shrinks when entries are deleted.
+            gone = set(expired)
+            table = {key: entry for key, entry in table.items() if key not in gone}
+        else:
+            for key in expired:
+                del table[key]
+        if table:
+            generation[limit_id] = table
+            size += len(table)
+        else:
+            del generation[limit_id]
+    return size

@@ -28,9 +28,11 @@ from ..clock import Clock
 from ..errors import BackendError, ConfigurationError
 from ..rates import Limit
 from .base import Check
+from .budget import BudgetExceeded, Watchdog
 from .circuit import CircuitBreaker
 from .deny_cache import DenyCache
 from .redis_cluster import run_across_slots
+from .redis_direct import DirectScript
 from .redis_script import EXACT_LIMIT, SCRIPT, SCRIPT_SHA, Mode, decode, encode, validate_limit
 
 __all__ = ["EXACT_LIMIT", "RedisBackend"]
@@ -41,6 +43,8 @@ _T = TypeVar("_T")
 #: Seconds allowed for the first call, which opens connections (and maps a cluster's slots).
 _FIRST_CALL_BUDGET = 2.0
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+#: Identity keys whose hashed key prefix is remembered (about 200 bytes each).
+_KEY_CACHE_SIZE = 10_000
 #: With an injected clock Redis still expires keys on its own clock; this margin keeps state
 #: alive while a fake clock crawls (kept state past its TTL decides exactly like no state).
 _INJECTED_CLOCK_TTL_MARGIN = 60.0
@@ -108,6 +112,11 @@ class RedisBackend:
         # when Redis is down from the start, later calls must not wait that long.
         self._warm = False
         self._last_clock_us = 0
+        self._prefixes: dict[str, str] = {}
+        self._watchdog = Watchdog()
+        self._direct = DirectScript.for_client(client)
+        #: ids of the limits this backend has validated (a Limit's id names its parameters)
+        self._valid: set[str] = set()
 
     @classmethod
     def from_url(
@@ -167,8 +176,9 @@ class RedisBackend:
 
     def _breakers_for(self, storage_keys: Sequence[str]) -> list[CircuitBreaker]:
         client = self._client
-        if not isinstance(client, aioredis.RedisCluster):
+        if not self._cluster:
             return [self._breaker]
+        assert isinstance(client, aioredis.RedisCluster)
         names = set()
         for key in storage_keys:
             try:
@@ -199,10 +209,21 @@ class RedisBackend:
 
     def storage_key(self, key: str, limit: Limit) -> str:
         # Every limit of one identity key shares its {hash tag}, hence one Cluster slot.
-        return f"{self.prefix}{{{self.tag(key)}}}:{limit.id}"
+        return self._key_prefix(key) + limit.id
 
-    def _storage_key(self, check: Check) -> str:
-        return self.storage_key(check.key, check.limit)
+    def _key_prefix(self, key: str) -> str:
+        """``prefix{tag}:`` of an identity key, hashed once and then remembered.
+
+        The same identities come back request after request; a bounded dict (emptied when
+        full, so a flood of new identities costs a hash each, never memory) saves the
+        hashing, about 1 us per key.
+        """
+        known = self._prefixes.get(key)
+        if known is None:
+            if len(self._prefixes) >= _KEY_CACHE_SIZE:
+                self._prefixes.clear()
+            known = self._prefixes[key] = f"{self.prefix}{{{self.tag(key)}}}:"
+        return known
 
     # -- the protocol -------------------------------------------------------------------
 
@@ -213,7 +234,7 @@ class RedisBackend:
         return await self._decide("peek", checks)
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
-        tag_prefix = f"{self.prefix}{{{self.tag(key)}}}:"
+        tag_prefix = self._key_prefix(key)
         if self.deny_cache is not None:
             self.deny_cache.forget_prefix(tag_prefix)
         await self._guarded(self._reset(key, tag_prefix, limits))
@@ -287,20 +308,33 @@ class RedisBackend:
             return now
         return time.monotonic_ns() // 1000
 
+    def _storage_keys(self, checks: Sequence[Check]) -> list[str]:
+        """The checks' keys, once each limit is known to be exact in Lua (validated once)."""
+        keys = []
+        valid = self._valid
+        for check in checks:
+            limit = check.limit
+            if limit.id not in valid:
+                validate_limit(limit)
+                valid.add(limit.id)
+            keys.append(self._key_prefix(check.key) + limit.id)
+        return keys
+
     async def _decide(self, mode: Mode, checks: Sequence[Check]) -> list[Outcome]:
+        # The hot path: every request passes here, so it is written for speed (no layers
+        # of coroutines, nothing computed twice); see benchmarks/redis_hot_path.py.
         if not checks:
             return []
-        for check in checks:
-            validate_limit(check.limit)
-        storage_keys = [self._storage_key(check) for check in checks]
+        storage_keys = self._storage_keys(checks)
         cache = self.deny_cache
-        if cache is not None:
+        if cache is not None and len(cache):
             local = cache.answer(storage_keys, checks, self._local_now())
             if local is not None:
                 return local
         sent_at = self._local_now()
         now_us, outcomes, states = await self._guarded(
-            self._run(mode, checks, storage_keys), self._breakers_for(storage_keys)
+            self._run(mode, checks, storage_keys),
+            self._breakers_for(storage_keys) if self._cluster else (),
         )
         if cache is not None:
             if self._clock is not None:
@@ -309,7 +343,7 @@ class RedisBackend:
                 received_at = self._local_now()
             if states is None:
                 cache.forget(storage_keys)
-            else:
+            elif len(cache) or not all(outcome.allowed for outcome in outcomes):
                 cache.record(storage_keys, checks, outcomes, states, now_us, sent_at, received_at)
         return outcomes
 
@@ -317,19 +351,23 @@ class RedisBackend:
         self, call: Coroutine[Any, Any, _T], breakers: Sequence[CircuitBreaker] = ()
     ) -> _T:
         """Run one storage call within the budget, through the circuit breaker(s)."""
-        breakers = breakers or [self._breaker]
-        if not all(breaker.allow() for breaker in breakers):
-            call.close()
-            raise BackendError(f"{self!r}: circuit open after repeated failures; not calling")
-        budget = self.timeout if self._warm else max(self.timeout, _FIRST_CALL_BUDGET)
-        self._warm = True
+        if not breakers:
+            breakers = (self._breaker,)
+        for breaker in breakers:
+            if not breaker.allow():
+                call.close()
+                raise BackendError(f"{self!r}: circuit open after repeated failures; not calling")
+        if self._warm:
+            budget = self.timeout
+        else:
+            budget = max(self.timeout, _FIRST_CALL_BUDGET)
+            self._warm = True
         try:
             if sys.version_info >= (3, 11):
-                async with asyncio.timeout(budget):  # no extra task per call
-                    result = await self._limited(call)
-            else:  # pragma: no cover - Python 3.10
+                result = await self._watchdog.run(self._limited(call), budget)
+            else:  # pragma: no cover - Python 3.10 (no Task.uncancel)
                 result = await asyncio.wait_for(self._limited(call), budget)
-        except asyncio.TimeoutError as exc:
+        except (BudgetExceeded, asyncio.TimeoutError) as exc:
             for breaker in breakers:
                 breaker.failure()
             raise BackendError(f"redis call exceeded its {budget * 1000:g} ms budget") from exc
@@ -357,15 +395,15 @@ class RedisBackend:
     ) -> tuple[int, list[Outcome], list[Any] | None]:
         now_us = None if self._clock is None else self._local_now()
         want_state = self.deny_cache is not None
-        client = self._client
-        # Keys of several identities may sit on several Cluster slots: no script can span them.
-        if (
-            isinstance(client, aioredis.RedisCluster)
-            and len({client.keyslot(key) for key in storage_keys}) > 1
-        ):
-            return await run_across_slots(
-                self._eval, client.keyslot, mode, checks, storage_keys, now_us
-            )
+        if self._cluster:
+            # Keys of several identities may sit on several Cluster slots: no script can
+            # span them.
+            cluster = self._client
+            assert isinstance(cluster, aioredis.RedisCluster)
+            if len({cluster.keyslot(key) for key in storage_keys}) > 1:
+                return await run_across_slots(
+                    self._eval, cluster.keyslot, mode, checks, storage_keys, now_us
+                )
         reply = await self._eval(mode, checks, storage_keys, now_us, want_state)
         return decode(reply, checks)
 
@@ -377,15 +415,16 @@ class RedisBackend:
         now_us: int | None,
         want_state: bool = False,
     ) -> Any:
-        keys = list(storage_keys)
         args = encode(
             mode, checks, now_us=now_us, want_state=want_state, ttl_margin_ms=self._ttl_margin_ms
         )
         try:
-            return await self._client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
+            if self._direct is not None:
+                return await self._direct.evalsha(SCRIPT_SHA, storage_keys, args)
+            return await self._client.evalsha(SCRIPT_SHA, len(storage_keys), *storage_keys, *args)
         except NoScriptError:
             # After a restart or SCRIPT FLUSH: EVAL runs the script and caches it again.
-            return await self._client.eval(SCRIPT, len(keys), *keys, *args)
+            return await self._client.eval(SCRIPT, len(storage_keys), *storage_keys, *args)
 
 
 def _pool_size(client: aioredis.Redis | aioredis.RedisCluster) -> int:

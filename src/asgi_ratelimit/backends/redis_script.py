@@ -4,9 +4,9 @@ One script (``lua/ratelimit.lua``) decides every check of a request, whatever th
 algorithms, so a request costs one EVALSHA. This module turns `Check` objects into the
 script's KEYS/ARGV and its reply (strings, so floats survive) back into `Outcome` objects.
 
-    args = encode("hit", checks, now_us=None)
+    args = encode("hit", checks, now_us=None)       # ["hit t 0 0", b"3 5 60000000 5 1", ...]
     reply = await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)   # one key per check
-    now_us, outcomes, snapshots = decode(reply, checks)
+    now_us, outcomes, snapshots = decode(reply, checks)              # reply: one string
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any, Literal
+from typing import Literal
 
 from ..algorithms import Outcome, State
 from ..errors import ConfigurationError
@@ -27,6 +27,7 @@ __all__ = [
     "SCRIPT",
     "SCRIPT_SHA",
     "Mode",
+    "check_arg",
     "decode",
     "encode",
     "parse_state",
@@ -46,7 +47,6 @@ ALGORITHM_CODES = {
     "gcra": "5",
     "leaky_bucket": "6",
 }
-_FIELDS_PER_CHECK = 7
 
 #: Lua numbers are doubles: every product the script forms stays below this to stay exact.
 EXACT_LIMIT = 2**53
@@ -71,6 +71,26 @@ def validate_limit(limit: Limit) -> Limit:
     )
 
 
+def check_arg(limit: Limit, cost: float) -> bytes:
+    """ARGV of one check, ``b"code amount period_us burst cost"``, built once per limit and cost."""
+    by_cost = _CHECK_ARGS.get(limit.id)
+    if by_cost is None:
+        by_cost = _CHECK_ARGS[limit.id] = {}
+    arg = by_cost.get(cost)
+    if arg is None:
+        # repr() of a float is the shortest text that reads back as the same double.
+        text = repr(cost) if isinstance(cost, float) else str(cost)
+        code = ALGORITHM_CODES[limit.algorithm]
+        arg = f"{code} {limit.amount} {limit.period_us} {limit.burst} {text}".encode()
+        if len(by_cost) < 64:  # costs computed per request must not grow it without end
+            by_cost[cost] = arg
+    return arg
+
+
+#: limit id -> cost -> the check's ARGV (limits are few and fixed: the rules' and the code's).
+_CHECK_ARGS: dict[str, dict[float, bytes]] = {}
+
+
 def encode(
     mode: Mode,
     checks: Sequence[Check],
@@ -78,50 +98,55 @@ def encode(
     now_us: int | None,
     want_state: bool = False,
     ttl_margin_ms: int = 0,
-) -> list[str]:
-    """ARGV for one script call (see the header of ``ratelimit.lua``); KEYS are the callers'."""
-    args = [mode, "" if now_us is None else str(now_us), "1" if want_state else "0"]
-    args.append(str(ttl_margin_ms))
+) -> list[str | bytes]:
+    """ARGV for one script call (see the header of ``ratelimit.lua``); KEYS are the callers'.
+
+    Few arguments, on purpose: each one costs the client a few microseconds to send.
+    """
+    clock = "t" if now_us is None else now_us
+    args: list[str | bytes] = [f"{mode} {clock} {1 if want_state else 0} {ttl_margin_ms}"]
     for check in checks:
-        limit = check.limit
-        args += [
-            ALGORITHM_CODES[limit.algorithm],
-            str(limit.amount),
-            str(limit.period_us),
-            str(limit.burst),
-            # repr() of a float is the shortest text that reads back as the same double.
-            repr(check.cost) if isinstance(check.cost, float) else str(check.cost),
-        ]
+        args.append(check_arg(check.limit, check.cost))
     return args
 
 
 def decode(
-    reply: Sequence[Any], checks: Sequence[Check]
+    reply: bytes | str, checks: Sequence[Check]
 ) -> tuple[int, list[Outcome], list[State | None]]:
-    """``(now_us, outcomes, stored states)`` from the script's reply.
+    """``(now_us, outcomes, stored states)`` from the script's reply (one string).
 
     The stored states are those read before the decision (None when absent or not asked
     for), in the algorithms' own representation, so the deny cache can replay them.
     """
-    now_us = int(_number(reply[0]))
+    data = reply.encode() if isinstance(reply, str) else reply  # decode_responses=True
+    lines = data.split(b"\n")
+    now_us = int(lines[0].partition(b" ")[0])
     outcomes: list[Outcome] = []
     states: list[State | None] = []
-    for index, check in enumerate(checks):
-        base = 2 + index * _FIELDS_PER_CHECK
-        allowed, remaining, reset, retry, delay, ttl, raw = reply[base : base + _FIELDS_PER_CHECK]
-        outcomes.append(
-            Outcome(
-                allowed=_text(allowed) == "1",
-                limit=check.limit.burst,
-                remaining=_number(remaining),
-                reset_us=int(_number(reset)),
-                retry_us=_number(retry),
-                delay_us=int(_number(delay)),
-                state=None,  # the state lives in Redis
-                ttl_us=int(_number(ttl)),
-            )
+    for check, line in zip(checks, lines[1:], strict=True):
+        raw = b""
+        if b"|" in line:
+            line, _, raw = line.partition(b"|")
+        fields = line.split(b" ")
+        try:  # the common case: every field a whole number
+            numbers: list[float] = [int(field) for field in fields]
+        except ValueError:  # a fraction (fractional costs) or "inf" (never passes)
+            numbers = [_number(field) for field in fields]
+        allowed, remaining, reset, retry, delay, ttl = numbers
+        # allowed, limit, remaining, reset_us, retry_us, delay_us, state, ttl_us: the state
+        # lives in Redis.
+        outcome = Outcome(
+            allowed == 1,
+            check.limit.burst,
+            remaining,
+            int(reset),
+            retry,
+            int(delay),
+            None,
+            int(ttl),
         )
-        states.append(parse_state(_text(raw), check.limit))
+        outcomes.append(outcome)
+        states.append(parse_state(raw.decode(), check.limit) if raw else None)
     return now_us, outcomes, states
 
 
@@ -144,10 +169,9 @@ def parse_state(raw: str, limit: Limit) -> State | None:
     return values
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _number(value: bytes | str) -> float:
-    number = float(_text(value))
-    return int(number) if number.is_integer() else number
+def _number(text: str | bytes) -> float:
+    try:
+        return int(text)
+    except ValueError:
+        number = float(text)
+        return int(number) if number.is_integer() else number

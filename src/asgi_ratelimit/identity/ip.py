@@ -34,6 +34,9 @@ _MAX_ENTRY_CHARS = 64
 _MAX_ELEMENT_CHARS = 512
 
 _PORT = re.compile(r"[0-9]{1,5}")
+# An IPv4 address exactly as `ipaddress` prints it: four decimal octets, no leading zeros.
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_CANONICAL_IPV4 = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
 # RFC 7239 forwarded-pair: token "=" ( token / quoted-string ), without quoted-pair escapes
 # (a backslash never belongs in an address, so an element holding one is simply malformed).
 _PAIR = re.compile(
@@ -76,6 +79,12 @@ class ClientIP:
                 f"ClientIP ipv6_prefix {ipv6_prefix} is out of range (use 1 to 128, e.g. 64)"
             )
         self.ipv6_prefix = ipv6_prefix
+        # No proxy to believe, and the resolution is ours: a canonical IPv4 peer is its key.
+        self._direct = (
+            not self.trusted_proxies
+            and type(self).client_address is ClientIP.client_address
+            and type(self).key_for is ClientIP.key_for
+        )
 
     def __repr__(self) -> str:
         proxies = [str(net) for net in self.trusted_proxies]
@@ -93,6 +102,22 @@ class ClientIP:
         if address is None:
             return "ip:unknown"
         return _address_key(address, self.ipv6_prefix)
+
+    def direct_peer_key(self, scope: Mapping[str, Any]) -> str | None:
+        """``key_for(client_address(scope))`` without parsing, or None when that is needed.
+
+        The per-request fast path: with no trusted proxies, a peer that is already a canonical
+        IPv4 address (what servers put in ``scope["client"]``) is its own key, and building
+        an address object for it would be pure cost.
+        """
+        if not self._direct:
+            return None
+        client = scope.get("client")
+        if client.__class__ is tuple and client:
+            host = client[0]
+            if host.__class__ is str and _CANONICAL_IPV4.fullmatch(host):
+                return "ip:" + host
+        return None
 
     def is_trusted(self, address: IPAddress) -> bool:
         """True when ``address`` is one of the configured proxies."""

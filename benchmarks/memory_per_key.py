@@ -1,0 +1,101 @@
+"""Bytes per active key of our `MemoryBackend`, per algorithm, and the cost of one ``hit_sync``.
+
+    .venv/bin/python -m benchmarks.memory_per_key            # 100,000 keys per algorithm
+    .venv/bin/python -m benchmarks.memory_per_key --keys 20000 --no-speed
+
+Memory is what ``tracemalloc`` sees retained after one request for each of ``--keys``
+distinct keys (``user:00000000`` ...) on a ``100/hour`` limit, at a fixed instant. Each key
+string is built inside the loop and dropped by the caller after its request, as a server drops
+a request's identity: whatever the backend keeps of it (the string itself, a copy, a
+concatenation) is counted. Time is the median over ``--repeat`` runs of
+``hit_sync([Check(key, limit)])`` cycling over ``--keys`` keys that already have live state
+(the steady state of a busy server), in microseconds per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+import tracemalloc
+
+from asgi_ratelimit import Limit, MemoryBackend
+from asgi_ratelimit.algorithms import DECIDERS
+from asgi_ratelimit.backends.base import Check
+
+__all__ = ["bytes_per_key", "main", "us_per_hit"]
+
+# A limit that one request per key never exhausts, and that no key outlives while measured.
+_TEXT = "100/hour"
+# A fixed instant (in 2025) keeps every key active (nothing expires or is swept) while measured.
+_NOW = 1_763_700_000.0
+
+
+def _key(i: int) -> str:
+    return f"user:{i:08d}"
+
+
+def bytes_per_key(algorithms: str | list[str], n: int, requests_per_key: int = 1) -> float:
+    """Bytes retained per key after ``requests_per_key`` requests on each of ``n`` keys.
+
+    Several algorithms: each request is checked against one limit of each, on the same key.
+    """
+    names = [algorithms] if isinstance(algorithms, str) else algorithms
+    limits = [Limit(_TEXT, algorithm=name) for name in names]  # type: ignore[arg-type]
+    backend = MemoryBackend(clock=lambda: _NOW, max_keys=n * 2 * len(limits))
+    backend.hit_sync([Check("warm-up", limit) for limit in limits])
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for _ in range(requests_per_key):
+        for i in range(n):
+            key = _key(i)
+            backend.hit_sync([Check(key, limit) for limit in limits])
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    if len(backend) != (n + 1) * len(limits):
+        raise RuntimeError(f"{names}: {len(backend)} states kept, expected {n + 1} per limit")
+    return (after - before) / n
+
+
+def us_per_hit(algorithm: str, n: int, repeat: int = 5) -> float:
+    """Median microseconds of one ``hit_sync`` of one check, over ``n`` keys with state."""
+    # Never exhausted by the repeats, and no state expires between two of them.
+    limit = Limit("1000/hour", algorithm=algorithm)  # type: ignore[arg-type]
+    backend = MemoryBackend(max_keys=n * 2)
+    checks = [[Check(_key(i), limit)] for i in range(n)]
+    for one in checks:
+        backend.hit_sync(one)
+    hit = backend.hit_sync
+    runs = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for one in checks:
+            hit(one)
+        runs.append((time.perf_counter() - started) / n * 1e6)
+    return statistics.median(runs)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-speed", action="store_true", help="measure memory only")
+    args = parser.parse_args(argv)
+    print(f"{'algorithm':<24} {'bytes/key':>10} {'us/hit':>8}")
+    for algorithm in DECIDERS:
+        size = bytes_per_key(algorithm, args.keys)
+        speed = "" if args.no_speed else f"{us_per_hit(algorithm, args.keys, args.repeat):8.3f}"
+        print(f"{algorithm:<24} {size:>10.1f} {speed}")
+    # The log keeps one entry per request in the window: show what a second request adds.
+    log = bytes_per_key("sliding_window_log", args.keys, requests_per_key=2)
+    print(f"{'sliding_window_log x2':<24} {log:>10.1f}")
+    # One request matched by three limits on one key: the key string is stored once.
+    three = bytes_per_key(["fixed_window", "token_bucket", "gcra"], args.keys)
+    print(f"{'fixed+token+gcra, 1 key':<24} {three:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""The Redis backend's fast path: the shared time-budget watchdog, the direct script call on a
+pooled connection, the one-string wire format and the exact number text of the Lua side."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+import redis.asyncio as aioredis
+from redis.asyncio.connection import Connection
+
+from asgi_ratelimit.backends.base import Check
+from asgi_ratelimit.backends.budget import BudgetExceeded, Watchdog
+from asgi_ratelimit.backends.memory import MemoryBackend
+from asgi_ratelimit.backends.redis import RedisBackend
+from asgi_ratelimit.backends.redis_direct import DirectScript
+from asgi_ratelimit.backends.redis_script import SCRIPT, SCRIPT_SHA, decode, encode
+from asgi_ratelimit.rates import Limit
+from tests.backends.conftest import RedisServer
+from tests.conftest import FakeClock
+
+# -- the watchdog (no server needed) -------------------------------------------------------
+
+
+async def test_watchdog_returns_results_and_cancels_only_the_calls_over_budget() -> None:
+    watchdog = Watchdog()
+    release = asyncio.Event()
+
+    async def call(index: int) -> int:
+        if index % 2:
+            await asyncio.Event().wait()  # never set: this call outlives any budget
+        await release.wait()
+        return index
+
+    async def run(index: int) -> tuple[int | str, int]:
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            result: int | str = await watchdog.run(call(index), budget=0.05)
+        except BudgetExceeded:
+            result = "over budget"
+        return result, task.cancelling()
+
+    tasks = [asyncio.create_task(run(i)) for i in range(20)]
+    await asyncio.sleep(0)
+    release.set()
+    results = await asyncio.gather(*tasks)
+    # Even calls finish with their value; odd ones are cut by the one shared timer; no task is
+    # left marked as being cancelled.
+    assert results == [(i, 0) if i % 2 == 0 else ("over budget", 0) for i in range(20)]
+    assert watchdog._deadlines == {}
+    assert watchdog._expired == set()
+
+
+async def test_watchdog_passes_an_outside_cancellation_on() -> None:
+    watchdog = Watchdog()
+    started = asyncio.Event()
+
+    async def call() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(watchdog.run(call(), budget=30.0))
+    await started.wait()
+    task.cancel()  # the client went away: this is not a budget overrun
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert watchdog._deadlines == {}
+
+
+async def test_watchdog_rearms_for_a_later_deadline_after_an_earlier_one_fires() -> None:
+    watchdog = Watchdog()
+
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    async def quick() -> str:
+        await asyncio.sleep(0.001)
+        return "done"
+
+    short = asyncio.create_task(watchdog.run(forever(), budget=0.02))
+    long = asyncio.create_task(watchdog.run(forever(), budget=0.2))
+    ok = asyncio.create_task(watchdog.run(quick(), budget=0.1))
+    for task in (short, long):
+        with pytest.raises(BudgetExceeded):
+            await task
+    assert await ok == "done"
+    assert watchdog._timer is None and watchdog._deadlines == {}
+
+
+# -- the direct call ------------------------------------------------------------------------
+
+
+def test_direct_script_packs_exactly_what_redis_py_would_send() -> None:
+    client = aioredis.Redis()
+    direct = DirectScript.for_client(client)
+    assert direct is not None
+    keys = ["rl:{00ff}:5:60:3", "rl:{00ff}:1000:86400:5", "cl\u00e9"]
+    args: list[str | bytes] = ["hit t 1 0", b"3 5 60000000 5 1", b"5 1000 86400000000 1000 0.5"]
+    expected = b"".join(Connection().pack_command("EVALSHA", SCRIPT_SHA, 3, *keys, *args))
+    assert direct.pack(SCRIPT_SHA, keys, args) == expected
+    assert direct.pack(SCRIPT_SHA, keys, args) == expected  # the cached head is the same
+
+
+def test_direct_script_only_for_plain_pooled_clients() -> None:
+    assert DirectScript.for_client(aioredis.Redis()) is not None
+    assert DirectScript.for_client(aioredis.Redis(single_connection_client=True)) is None
+
+    class Custom(aioredis.Redis):
+        pass
+
+    assert DirectScript.for_client(Custom()) is None
+    cluster = aioredis.RedisCluster(host="127.0.0.1", port=1)
+    assert DirectScript.for_client(cluster) is None
+    assert RedisBackend(cluster)._direct is None
+
+
+@pytest.mark.redis
+async def test_direct_path_survives_killed_connections_and_decoded_replies(
+    own_redis: RedisServer, prefix: str, clock: FakeClock
+) -> None:
+    limit = Limit("3/minute")
+    memory = MemoryBackend(clock=clock)
+    client = aioredis.from_url(own_redis.url, decode_responses=True)  # replies as str
+    backend = RedisBackend(client, prefix=prefix, clock=clock, timeout=2.0)
+    assert backend._direct is not None
+    try:
+        for step in range(5):
+            if step == 2:
+                # Every pooled connection dies: the pool notices and reconnects, no error.
+                own_redis.cli("client", "kill", "type", "normal")
+            checks = [Check("k", limit)]
+            assert await backend.hit(checks) == [
+                o._replace(state=None) for o in await memory.hit(checks)
+            ]
+        own_redis.cli("script", "flush")  # NOSCRIPT on the direct path: EVAL reloads it
+        checks = [Check("k2", limit)]
+        assert await backend.hit(checks) == [
+            o._replace(state=None) for o in await memory.hit(checks)
+        ]
+        assert backend.circuit.state == "closed"
+    finally:
+        await client.aclose()
+
+
+# -- the wire format and the Lua number text ----------------------------------------------
+
+
+def test_reply_decoding_of_fractions_infinity_and_states() -> None:
+    limits = [Limit("5/minute", algorithm="token_bucket"), Limit("2/minute")]
+    checks = [Check("k", limits[0], 0.5), Check("k", limits[1], 9)]
+    reply = (
+        b"1763000000123456 0\n"
+        b"1 3.5 12000000 0 0 12000000|600000000000000 1763000000000000\n"
+        b"0 2 0 inf 0 0|29383333 1 0"
+    )
+    now, outcomes, states = decode(reply, checks)
+    assert now == 1_763_000_000_123_456
+    assert [tuple(o) for o in outcomes] == [
+        (True, 5, 3.5, 12_000_000, 0, 0, None, 12_000_000),
+        (False, 2, 2, 0, float("inf"), 0, None, 0),
+    ]
+    assert states == [(600_000_000_000_000, 1_763_000_000_000_000), (29_383_333, 1, 0)]
+    assert decode(reply.decode(), checks) == (now, outcomes, states)  # decode_responses=True
+    args = encode("peek", checks, now_us=None, want_state=True, ttl_margin_ms=60_000)
+    assert args == ["peek t 1 60000", b"4 5 60000000 5 0.5", b"3 2 60000000 2 9"]
+
+
+@pytest.mark.redis
+async def test_lua_number_text_is_exactly_percent_17g(redis_client: aioredis.Redis) -> None:
+    # The script writes numbers without string.format (slow inside Redis); its text must be
+    # the same as %.17g's for every value it can meet, or stored states would drift.
+    body = SCRIPT[SCRIPT.index("local tostring, sub, match") : SCRIPT.index("-- Python's float")]
+    script = (
+        "local floor = math.floor\n" + body + "local bad = {}\n"
+        "for i = 1, #ARGV do local x = tonumber(ARGV[i])\n"
+        "  if fmt(x) ~= string.format('%.17g', x) then bad[#bad + 1] = ARGV[i] end\n"
+        "end\nreturn bad"
+    )
+    rng = random.Random(5)
+    values = [0, 1, -1, 10**14 - 1, 10**14, 10**17 - 1, 10**17, 2**53 - 1, 2**53, -(10**15) - 7]
+    values += [k * 10**8 + d for k in (10**6, 17_630_000, 10**9 - 1) for d in (-1, 0, 1, 10**8 - 1)]
+    values += [rng.randrange(10**14, 2**53) for _ in range(500)]
+    values += [rng.randrange(-(10**14), 10**14) for _ in range(200)]
+    texts = [str(v) for v in values]
+    texts += [repr(rng.random() * 10 ** rng.randint(0, 16)) for _ in range(200)]
+    texts += ["-0.0", "0.5", "1e-09", "1.25", "1e999"]
+    assert await redis_client.eval(script, 0, *texts) == []  # type: ignore[misc]
+
+
+@pytest.mark.redis
+async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix: str) -> None:
+    # What makes the hot path fast: one EVALSHA, one argument per check, one string back.
+    async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
+        client = backend.client
+        assert isinstance(client, aioredis.Redis)
+        limits = [Limit("10/second"), Limit("100/minute"), Limit("1000/day", algorithm="gcra")]
+        checks = [Check("user:1", limit) for limit in limits]
+        keys = [backend.storage_key("user:1", limit) for limit in limits]
+        args = encode("hit", checks, now_us=None, want_state=True)
+        assert len(args) == 1 + len(checks)
+        reply = await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)  # type: ignore[misc]
+        assert isinstance(reply, bytes)
+        _, outcomes, _ = decode(reply, checks)
+        assert [(o.allowed, o.remaining) for o in outcomes] == [(True, 9), (True, 99), (True, 999)]
+        assert [(o.allowed, o.remaining) for o in await backend.hit(checks)] == [
+            (True, 8),
+            (True, 98),
+            (True, 998),
+        ]
+
+
+def test_key_prefix_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from asgi_ratelimit.backends import redis as redis_module
+
+    monkeypatch.setattr(redis_module, "_KEY_CACHE_SIZE", 8)
+    backend = RedisBackend(aioredis.Redis(), prefix="p:")
+    limit = Limit("5/minute")
+    for i in range(50):
+        key = backend.storage_key(f"user:{i}", limit)
+        assert key == f"p:{{{backend.tag(f'user:{i}')}}}:{limit.id}"
+        assert len(backend._prefixes) <= 8
