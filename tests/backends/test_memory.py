@@ -323,3 +323,45 @@ def test_a_stored_state_reads_back_exactly_until_it_expires(
 def test_a_log_state_is_stored_as_it_is() -> None:
     log = ((1_000_000, 1), (1_000_005, 2.5))
     assert _unpack(_pack(log, 2_000_000), 1_999_999, _ARITY["sliding_window_log"]) == log
+
+
+_LIMITS = [
+    Limit(text, algorithm=algorithm)  # type: ignore[arg-type]
+    for text in ("3/minute", "5/2 minutes")
+    for algorithm in ALGORITHM_NAMES
+]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=4_000_000),  # microseconds to wait
+            st.lists(
+                st.tuples(
+                    st.integers(min_value=0, max_value=2),  # key
+                    st.integers(min_value=0, max_value=len(_LIMITS) - 1),
+                    st.sampled_from([0, 1, 1, 2, 0.5]),  # cost
+                ),
+                min_size=1,
+                max_size=4,
+            ),
+            st.booleans(),  # peek
+        ),
+        min_size=100,  # long enough for the generations to turn over several times
+        max_size=150,
+    )
+)
+def test_sweeps_and_generations_never_change_a_decision(
+    schedule: list[tuple[int, list[tuple[int, int, float]], bool]],
+) -> None:
+    # 36 live states at most: a small backend sweeps and turns its generations over all the
+    # time yet never needs to drop a live key (it drops the old generation only when more
+    # than 42 - 42 // 8 = 37 are live), so it must answer exactly as a huge one.
+    clock = FakeClock()
+    small, huge = MemoryBackend(clock=clock, max_keys=42), MemoryBackend(clock=clock)
+    for wait, picks, peek in schedule:
+        clock.advance(wait / 1_000_000)
+        checks = [Check(f"k{key}", _LIMITS[limit], cost) for key, limit, cost in picks]
+        assert small.hit_sync(checks, commit=not peek) == huge.hit_sync(checks, commit=not peek)
+        assert len(small) <= 42

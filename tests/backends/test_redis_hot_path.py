@@ -4,7 +4,9 @@ pooled connection, the one-string wire format and the exact number text of the L
 from __future__ import annotations
 
 import asyncio
+import math
 import random
+import struct
 
 import pytest
 import redis.asyncio as aioredis
@@ -150,21 +152,29 @@ async def test_direct_path_survives_killed_connections_and_decoded_replies(
 def test_reply_decoding_of_fractions_infinity_and_states() -> None:
     limits = [Limit("5/minute", algorithm="token_bucket"), Limit("2/minute")]
     checks = [Check("k", limits[0], 0.5), Check("k", limits[1], 9)]
-    reply = (
-        b"1763000000123456 0\n"
-        b"1 3.5 12000000 0 0 12000000|600000000000000 1763000000000000\n"
-        b"0 2 0 inf 0 0|29383333 1 0"
-    )
-    now, outcomes, states = decode(reply, checks)
+    numbers = [1_763_000_000_123_456, 0, 1, 3.5, 12e6, 0, 0, 12e6, 0, 2, 0, math.inf, 0, 0]
+    # One state as stored now (NUL and doubles), one as earlier versions stored it (text).
+    states = [b"\0" + struct.pack("<2d", 6e14, 1_763_000_000_000_000), b"29383333 1 0"]
+    reply = struct.pack("<14d", *numbers)
+    for state in states:
+        reply += struct.pack("<d", len(state)) + state
+    now, outcomes, parsed = decode(reply, checks)
     assert now == 1_763_000_000_123_456
     assert [tuple(o) for o in outcomes] == [
         (True, 5, 3.5, 12_000_000, 0, 0, None, 12_000_000),
-        (False, 2, 2, 0, float("inf"), 0, None, 0),
+        (False, 2, 2, 0, math.inf, 0, None, 0),
     ]
-    assert states == [(600_000_000_000_000, 1_763_000_000_000_000), (29_383_333, 1, 0)]
-    assert decode(reply.decode(), checks) == (now, outcomes, states)  # decode_responses=True
+    assert [type(o.remaining) for o in outcomes] == [float, int]  # ints where whole
+    assert parsed == [(600_000_000_000_000, 1_763_000_000_000_000), (29_383_333, 1, 0)]
+    assert decode(struct.pack("<14d", *numbers), checks)[2] == [None, None]
+    with pytest.raises(TypeError, match="undecoded"):
+        decode(reply.decode("latin-1"), checks)  # type: ignore[arg-type]
     args = encode("peek", checks, now_us=None, want_state=True, ttl_margin_ms=60_000)
-    assert args == ["peek t 1 60000", b"4 5 60000000 5 0.5", b"3 2 60000000 2 9"]
+    assert args == [
+        "peek t 1 60000",
+        struct.pack("<5d", 4, 5, 60_000_000, 5, 0.5),
+        struct.pack("<5d", 3, 2, 60_000_000, 2, 9),
+    ]
 
 
 @pytest.mark.redis
@@ -191,7 +201,8 @@ async def test_lua_number_text_is_exactly_percent_17g(redis_client: aioredis.Red
 
 @pytest.mark.redis
 async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix: str) -> None:
-    # What makes the hot path fast: one EVALSHA, one argument per check, one string back.
+    # What makes the hot path fast: one EVALSHA, one argument per check, one binary string
+    # back (no states when every check passes).
     async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
         client = backend.client
         assert isinstance(client, aioredis.Redis)
@@ -201,7 +212,7 @@ async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix
         args = encode("hit", checks, now_us=None, want_state=True)
         assert len(args) == 1 + len(checks)
         reply = await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)  # type: ignore[misc]
-        assert isinstance(reply, bytes)
+        assert isinstance(reply, bytes) and len(reply) == 8 * (2 + 6 * len(checks))
         _, outcomes, _ = decode(reply, checks)
         assert [(o.allowed, o.remaining) for o in outcomes] == [(True, 9), (True, 99), (True, 999)]
         assert [(o.allowed, o.remaining) for o in await backend.hit(checks)] == [
@@ -221,3 +232,21 @@ def test_key_prefix_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         key = backend.storage_key(f"user:{i}", limit)
         assert key == f"p:{{{backend.tag(f'user:{i}')}}}:{limit.id}"
         assert len(backend._prefixes) <= 8
+
+
+@pytest.mark.redis
+async def test_states_stored_as_text_by_earlier_versions_are_still_read(
+    redis_url: str, prefix: str, clock: FakeClock
+) -> None:
+    limit = Limit("5/minute", algorithm="fixed_window")
+    async with RedisBackend.from_url(redis_url, prefix=prefix, clock=clock, timeout=2.0) as backend:
+        client = backend.client
+        key = backend.storage_key("old", limit)
+        window = round(clock.now * 1_000_000) // limit.period_us
+        await client.set(key, f"{window} 3", px=60_000)  # three requests counted, as text
+        [peeked] = await backend.peek([Check("old", limit)])
+        assert (peeked.allowed, peeked.remaining) == (True, 1)
+        [hit] = await backend.hit([Check("old", limit)])
+        assert (hit.allowed, hit.remaining) == (True, 1)
+        stored = await client.get(key)
+        assert stored == b"\0" + struct.pack("<2d", window, 4)  # rewritten in the new form

@@ -14,7 +14,6 @@ State: ``(window_index, current_count, previous_count)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from ..rates import Limit
 from .base import NEVER, Outcome, State
@@ -64,26 +63,21 @@ def _wait_until_fits(
     With ``cost = amount`` this is the time until the quota is fully restored. The caller
     guarantees ``cost <= amount``, so it always passes by the end of the next window.
     """
-
-    def fits(cur: float, prev: float) -> Callable[[int], bool]:
-        return lambda e: cost <= amount - _estimate(cur, prev, e, period)
-
-    if fits(current, previous)(elapsed):
+    if cost <= amount - _estimate(current, previous, elapsed, period):
         return 0
-    target = amount - cost  # for the closed-form guesses only; fits() decides
+    target = amount - cost  # for the closed-form guesses only; _fits() decides
     if cost <= amount - current:
         # It fits within this window, at the first e where the weighted previous count has
         # dropped to target - current.
         guess = _guess(target - current, previous, period)
-        at = _first_true(fits(current, previous), guess, elapsed, period)
+        at = _first_fit(cost, amount, current, previous, guess, elapsed, period)
         if at < period:
             return at - elapsed
     # In the next window the current count becomes the weighted previous one.
     if current == 0:
         return period - elapsed
     guess = _guess(target, current, period)
-    at = _first_true(fits(0, current), guess, 0, period)
-    return period - elapsed + at
+    return period - elapsed + _first_fit(cost, amount, 0, current, guess, 0, period)
 
 
 def _guess(allowance: float, count: float, period: int) -> int:
@@ -95,21 +89,28 @@ def _guess(allowance: float, count: float, period: int) -> int:
     return math.floor(period - (math.floor(allowance) + 1) * period / count) + 1
 
 
-def _first_true(predicate: Callable[[int], bool], guess: int, low: int, high: int) -> int:
-    """The smallest e in [low, high] where a monotone predicate holds (it holds at ``high``).
+def _first_fit(
+    cost: float, amount: int, cur: float, prev: float, guess: int, low: int, period: int
+) -> int:
+    """The smallest e in [low, period] where ``cost`` fits (it does at ``period``).
 
-    The closed-form guess is usually exact, but float rounding (of tiny or fractional counts)
-    can move the real answer away from it; a binary search then finds the exact first
-    microsecond in at most ~50 steps, whatever the period.
+    Fitting is monotone in e. The closed-form guess is usually exact, but float rounding (of
+    tiny or fractional counts) can move the real answer away from it; a binary search then
+    finds the exact first microsecond in at most ~50 steps, whatever the period. (Plain
+    arguments rather than a predicate closure: this runs on every request.)
     """
-    if low < guess <= high and predicate(guess) and not predicate(guess - 1):
+    if (
+        low < guess <= period
+        and cost <= amount - _estimate(cur, prev, guess, period)
+        and not cost <= amount - _estimate(cur, prev, guess - 1, period)
+    ):
         return guess
-    if predicate(low):
+    if cost <= amount - _estimate(cur, prev, low, period):
         return low
-    below, at = low, high  # predicate(below) is false, predicate(at) is true
+    below, at = low, period  # it does not fit at below, it fits at at
     while at - below > 1:
         middle = (below + at) // 2
-        if predicate(middle):
+        if cost <= amount - _estimate(cur, prev, middle, period):
             at = middle
         else:
             below = middle

@@ -21,7 +21,8 @@ Entry = Any
 Tables = dict[str, dict[str, Entry]]
 
 _BITS = 64
-_MASK = (1 << _BITS) - 1
+_BASE = 1 << _BITS
+_MASK = _BASE - 1
 # How many numbers each algorithm's state holds when it packs into one int (0: never packs).
 _ARITY = {
     "fixed_window": 2,
@@ -56,9 +57,10 @@ class MemoryBackend:
         self._max_keys = max_keys
         # Two generations instead of an exact LRU: an OrderedDict costs ~50 more bytes per key.
         # Writes (and reads that consume) land in the young one; a key found only in the old
-        # one moves to the young one. When the young one outgrows half of max_keys the old one
-        # is dropped and the young one becomes old: a key used at least once per ~max_keys/2
-        # new keys is never evicted.
+        # one moves to the young one. The young one holds at most half of max_keys; when the
+        # backend is crowded with live keys the old one is dropped and the young one becomes
+        # old (see _maintain): a key used at least once per max_keys/8 new keys is never
+        # evicted, and in a steady flood the newest max_keys/2 keys are all kept.
         self._young: Tables = {}
         self._old: Tables = {}
         self._young_size = 0
@@ -161,7 +163,7 @@ class MemoryBackend:
         self._young_size = _sweep(self._young, now)
         self._old_size = _sweep(self._old, now)
         margin = self._max_keys // 8
-        if len(self) > self._max_keys - margin and self._young_size > margin:
+        if young_full or len(self) > self._max_keys - margin and self._young_size > margin:
             # Crowded with live keys: the old generation (keys unused since the young one
             # started) goes, whole. Waiting for max_keys exactly would sweep on every insert.
             self._old, self._old_size = self._young, self._young_size
@@ -216,14 +218,20 @@ def _pack(state: State, expires_at: int) -> Entry:
     One int of a few hundred bits costs 32-64 bytes; the tuple of the same ints costs
     100-130. Each number after the first takes 64 bits (unsigned), the first any int.
     """
-    packed = state[0] if state else None
-    if type(packed) is int and type(expires_at) is int and 0 <= expires_at <= _MASK:
-        for value in state[1:]:
-            if type(value) is not int or not 0 <= value <= _MASK:
+    if type(expires_at) is int and 0 <= expires_at <= _MASK:
+        packed = None
+        for value in state:
+            if type(value) is not int:
                 break
-            packed = packed << _BITS | value
+            if packed is None:
+                packed = value
+            elif 0 <= value <= _MASK:
+                packed = packed << _BITS | value
+            else:
+                break
         else:
-            return packed << _BITS | expires_at
+            if packed is not None:
+                return packed << _BITS | expires_at
     return (expires_at, *state)
 
 
@@ -233,13 +241,13 @@ def _unpack(entry: Entry, now: int, arity: int) -> State | None:
         return entry[1:] if entry[0] > now else None
     if entry & _MASK <= now:
         return None
-    rest = entry >> _BITS
     if arity == 1:
-        return (rest,)
+        return (entry >> _BITS,)
     if arity == 2:
-        return divmod(rest, 1 << _BITS)
-    high, last = divmod(rest, 1 << _BITS)
-    return (*divmod(high, 1 << _BITS), last)
+        return divmod(entry >> _BITS, _BASE)
+    high, last = divmod(entry >> _BITS, _BASE)
+    first, second = divmod(high, _BASE)
+    return (first, second, last)
 
 
 def _sweep(generation: Tables, now: int) -> int:

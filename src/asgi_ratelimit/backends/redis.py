@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 try:
     import redis.asyncio as aioredis
+    from redis.client import NEVER_DECODE
     from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"') from exc
@@ -43,6 +44,8 @@ _T = TypeVar("_T")
 #: Seconds allowed for the first call, which opens connections (and maps a cluster's slots).
 _FIRST_CALL_BUDGET = 2.0
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+#: execute_command's option to skip decoding the reply (the script's reply is binary).
+_RAW: dict[str, Any] = {NEVER_DECODE: []}
 #: Identity keys whose hashed key prefix is remembered (about 200 bytes each).
 _KEY_CACHE_SIZE = 10_000
 #: With an injected clock Redis still expires keys on its own clock; this margin keeps state
@@ -418,13 +421,18 @@ class RedisBackend:
         args = encode(
             mode, checks, now_us=now_us, want_state=want_state, ttl_margin_ms=self._ttl_margin_ms
         )
+        # The reply is binary: read undecoded even from a decode_responses=True client.
         try:
             if self._direct is not None:
                 return await self._direct.evalsha(SCRIPT_SHA, storage_keys, args)
-            return await self._client.evalsha(SCRIPT_SHA, len(storage_keys), *storage_keys, *args)
+            return await self._client.execute_command(
+                "EVALSHA", SCRIPT_SHA, len(storage_keys), *storage_keys, *args, **_RAW
+            )
         except NoScriptError:
             # After a restart or SCRIPT FLUSH: EVAL runs the script and caches it again.
-            return await self._client.eval(SCRIPT, len(storage_keys), *storage_keys, *args)
+            return await self._client.execute_command(
+                "EVAL", SCRIPT, len(storage_keys), *storage_keys, *args, **_RAW
+            )
 
 
 def _pool_size(client: aioredis.Redis | aioredis.RedisCluster) -> int:

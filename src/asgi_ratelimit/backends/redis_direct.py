@@ -9,7 +9,7 @@ reply, through redis-py's public connection API (the pool checks a connection be
 it; a connection that fails mid-call is disconnected by redis-py and reconnects on next use).
 
     direct = DirectScript.for_client(client)      # None: a cluster or single-connection client
-    reply = await direct.evalsha(sha, keys, args)  # NoScriptError, ConnectionError... as usual
+    reply = await direct.evalsha(sha, keys, args)  # bytes; NoScriptError, ConnectionError...
 
 Errors are redis-py's own; the caller turns them into `BackendError`. A connection found
 closed (after a Redis restart, a ``CLIENT KILL``, an idle timeout) is retried once on a fresh
@@ -82,7 +82,7 @@ class DirectScript:
             )
             try:
                 await connection.send_packed_command(command)
-                return await connection.read_response()
+                return await connection.read_response(disable_decoding=True)
             except RedisConnectionError:
                 # redis-py disconnected it; the next checkout reconnects.
                 if attempt == 2:

@@ -2,16 +2,19 @@
 
 One script (``lua/ratelimit.lua``) decides every check of a request, whatever the mix of
 algorithms, so a request costs one EVALSHA. This module turns `Check` objects into the
-script's KEYS/ARGV and its reply (strings, so floats survive) back into `Outcome` objects.
+script's KEYS/ARGV and its reply (doubles, exact for fractions and infinity) back into
+`Outcome` objects.
 
-    args = encode("hit", checks, now_us=None)       # ["hit t 0 0", b"3 5 60000000 5 1", ...]
-    reply = await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)   # one key per check
-    now_us, outcomes, snapshots = decode(reply, checks)              # reply: one string
+    args = encode("hit", checks, now_us=None)    # ["hit t 0 0", <5 doubles>, <5 doubles>...]
+    reply = await client.execute_command("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args,
+                                         NEVER_DECODE=[])             # one key per check
+    now_us, outcomes, snapshots = decode(reply, checks)           # reply: one binary string
 """
 
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections.abc import Sequence
 from importlib import resources
 from typing import Literal
@@ -72,16 +75,15 @@ def validate_limit(limit: Limit) -> Limit:
 
 
 def check_arg(limit: Limit, cost: float) -> bytes:
-    """ARGV of one check, ``b"code amount period_us burst cost"``, built once per limit and cost."""
+    """ARGV of one check: five doubles (code, amount, period_us, burst, cost), made once."""
     by_cost = _CHECK_ARGS.get(limit.id)
     if by_cost is None:
         by_cost = _CHECK_ARGS[limit.id] = {}
     arg = by_cost.get(cost)
     if arg is None:
-        # repr() of a float is the shortest text that reads back as the same double.
-        text = repr(cost) if isinstance(cost, float) else str(cost)
-        code = ALGORITHM_CODES[limit.algorithm]
-        arg = f"{code} {limit.amount} {limit.period_us} {limit.burst} {text}".encode()
+        # Doubles carry every value exactly: integers below 2^53 and the cost as given.
+        code = float(ALGORITHM_CODES[limit.algorithm])
+        arg = _CHECK.pack(code, limit.amount, limit.period_us, limit.burst, cost)
         if len(by_cost) < 64:  # costs computed per request must not grow it without end
             by_cost[cost] = arg
     return arg
@@ -89,6 +91,10 @@ def check_arg(limit: Limit, cost: float) -> bytes:
 
 #: limit id -> cost -> the check's ARGV (limits are few and fixed: the rules' and the code's).
 _CHECK_ARGS: dict[str, dict[float, bytes]] = {}
+_CHECK = struct.Struct("<5d")
+_HEAD = struct.Struct("<2d")
+_OUTCOME = struct.Struct("<6d")
+_LENGTH = struct.Struct("<d")
 
 
 def encode(
@@ -110,58 +116,59 @@ def encode(
     return args
 
 
-def decode(
-    reply: bytes | str, checks: Sequence[Check]
-) -> tuple[int, list[Outcome], list[State | None]]:
-    """``(now_us, outcomes, stored states)`` from the script's reply (one string).
+def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], list[State | None]]:
+    """``(now_us, outcomes, stored states)`` from the script's reply (one binary string).
 
     The stored states are those read before the decision (None when absent or not asked
     for), in the algorithms' own representation, so the deny cache can replay them.
     """
-    data = reply.encode() if isinstance(reply, str) else reply  # decode_responses=True
-    lines = data.split(b"\n")
-    now_us = int(lines[0].partition(b" ")[0])
+    if not isinstance(reply, bytes):
+        raise TypeError(f"the script's reply must be read undecoded (bytes), got {reply!r:.80}")
+    now, _ = _HEAD.unpack_from(reply)
     outcomes: list[Outcome] = []
-    states: list[State | None] = []
-    for check, line in zip(checks, lines[1:], strict=True):
-        raw = b""
-        if b"|" in line:
-            line, _, raw = line.partition(b"|")
-        fields = line.split(b" ")
-        try:  # the common case: every field a whole number
-            numbers: list[float] = [int(field) for field in fields]
-        except ValueError:  # a fraction (fractional costs) or "inf" (never passes)
-            numbers = [_number(field) for field in fields]
-        allowed, remaining, reset, retry, delay, ttl = numbers
+    offset = _HEAD.size
+    for check in checks:
+        allowed, remaining, reset, retry, delay, ttl = _OUTCOME.unpack_from(reply, offset)
+        offset += _OUTCOME.size
         # allowed, limit, remaining, reset_us, retry_us, delay_us, state, ttl_us: the state
-        # lives in Redis.
+        # lives in Redis. Whole numbers become ints, as the Python algorithms give them.
         outcome = Outcome(
             allowed == 1,
             check.limit.burst,
-            remaining,
+            int(remaining) if remaining.is_integer() else remaining,
             int(reset),
-            retry,
+            int(retry) if retry.is_integer() else retry,
             int(delay),
             None,
             int(ttl),
         )
         outcomes.append(outcome)
-        states.append(parse_state(raw.decode(), check.limit) if raw else None)
-    return now_us, outcomes, states
+    states: list[State | None] = [None] * len(checks)
+    if len(reply) > offset:  # each stored state, after its length
+        for index, check in enumerate(checks):
+            (size,) = _LENGTH.unpack_from(reply, offset)
+            start = offset + _LENGTH.size
+            offset = start + int(size)
+            states[index] = parse_state(reply[start:offset], check.limit)
+    return int(now), outcomes, states
 
 
-def parse_state(raw: str, limit: Limit) -> State | None:
-    """The Lua storage text of one key, as the Python algorithm's state."""
+def parse_state(raw: bytes, limit: Limit) -> State | None:
+    """A key's stored value (binary or text, see ``ratelimit.lua``) as the algorithm's state."""
     if not raw:
         return None
     algorithm = limit.algorithm
-    if algorithm == "sliding_window_log":
+    if raw[0] == 0:  # NUL, then two or three doubles
+        numbers = struct.unpack_from(f"<{(len(raw) - 1) // 8}d", raw, 1)
+        values = tuple(int(x) if x.is_integer() else x for x in numbers)
+    elif algorithm == "sliding_window_log":
         entries = []
-        for item in raw.split(","):
+        for item in raw.decode().split(","):
             timestamp, _, cost = item.partition(":")
             entries.append((int(_number(timestamp)), _number(cost) if cost else 1))
         return tuple(entries)
-    values = tuple(_number(part) for part in raw.split())
+    else:  # text, as earlier versions stored it
+        values = tuple(_number(part) for part in raw.split())
     if algorithm in ("gcra", "leaky_bucket"):
         # Lua keeps (backlog, at) to stay below 2^53; Python keeps the absolute scaled time.
         backlog, at = values
