@@ -332,7 +332,7 @@ _LIMITS = [
 ]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     st.lists(
         st.tuples(

@@ -163,7 +163,7 @@ class MemoryBackend:
         self._young_size = _sweep(self._young, now)
         self._old_size = _sweep(self._old, now)
         margin = self._max_keys // 8
-        if young_full or len(self) > self._max_keys - margin and self._young_size > margin:
+        if len(self) > self._max_keys - margin and self._young_size > margin:
             # Crowded with live keys: the old generation (keys unused since the young one
             # started) goes, whole. Waiting for max_keys exactly would sweep on every insert.
             self._old, self._old_size = self._young, self._young_size
