@@ -23,6 +23,7 @@ SCENARIOS = {
     "three": "three limits matched (allowed)",
     "denied": "identity already over its limit (denied)",
 }
+_SHORT = {"one": "one limit", "three": "three limits", "denied": "over its limit (429)"}
 FLOOR = "redis-py PING"
 #: the single-value Redis algorithms the issue's < 100 bytes target applies to
 SINGLE_VALUE = ("fixed_window", "gcra")
@@ -449,7 +450,7 @@ def write_chart(results: dict[str, Any], path: Path) -> None:
         ax.barh(names, values, color=[colors[r["kind"]] for r in rows])
         for y, value in enumerate(values):
             ax.text(value, y, f" {value:.0f}", va="center", fontsize=8)
-        ax.set_title(f"{backend}: {SCENARIOS[scenario]}", fontsize=10)
+        ax.set_title(f"{backend}: {_SHORT[scenario]}", fontsize=10)
         what = "whole denied request" if scenario == "denied" else "overhead per request"
         ax.set_xlabel(f"{what} (us, median)")
         ax.tick_params(axis="y", labelsize=8)
