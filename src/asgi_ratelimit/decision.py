@@ -78,17 +78,7 @@ class Decision:
         if not policies:
             return cls.unlimited(identity)
         if len(policies) == 1:
-            # The common case (one rule, one limit): it is the binding policy.
-            p = policies[0]
-            if p.allowed:
-                return cls(
-                    True, p.limit.burst, p.remaining, p.reset_after, 0.0, p.delay, p.name,
-                    identity, policies,
-                )  # fmt: skip
-            return cls(
-                False, p.limit.burst, p.remaining, p.reset_after, p.retry_after, 0.0, p.name,
-                identity, policies,
-            )  # fmt: skip
+            return cls.from_one(policies[0], identity)
         denied = [p for p in policies if not p.allowed]
         if denied:
             binding = max(denied, key=lambda p: p.retry_after)
@@ -109,6 +99,19 @@ class Decision:
             identity=identity,
             policies=policies,
         )
+
+    @classmethod
+    def from_one(cls, p: PolicyStatus, identity: Identity | None = None) -> Decision:
+        """``from_policies((p,), identity)``: one policy is the binding one (the usual case)."""
+        if p.allowed:
+            return cls(
+                True, p.limit.burst, p.remaining, p.reset_after, 0.0, p.delay, p.name,
+                identity, (p,),
+            )  # fmt: skip
+        return cls(
+            False, p.limit.burst, p.remaining, p.reset_after, p.retry_after, 0.0, p.name,
+            identity, (p,),
+        )  # fmt: skip
 
     @property
     def limited(self) -> bool:

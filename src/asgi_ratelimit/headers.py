@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .decision import Decision, HeaderStyle, PolicyStatus
 
-__all__ = ["decision_headers", "raw_headers"]
+__all__ = ["decision_headers", "raw_headers", "response_headers"]
 
 RETRY_AFTER = "Retry-After"
 LIMIT = "X-RateLimit-Limit"
@@ -47,6 +48,10 @@ _RAW_REMAINING = _RAW_NAMES[REMAINING]
 _RAW_RESET = _RAW_NAMES[RESET]
 _RAW_POLICY = _RAW_NAMES[POLICY]
 _RAW_STATE = _RAW_NAMES[STATE]
+RawHeader = tuple[bytes, bytes]
+# response_headers' cache: (style, name, quota, window, remaining, reset s) -> headers.
+_RESPONSE_CACHE: dict[tuple[object, ...], tuple[RawHeader, ...]] = {}
+_RESPONSE_CACHE_SIZE = 1024
 # sf-integers have at most 15 digits.
 _SF_INTEGER_MAX = 999_999_999_999_999
 
@@ -116,6 +121,45 @@ def raw_headers(decision: Decision, style: HeaderStyle = "both") -> list[tuple[b
         headers.append((_RAW_POLICY, b", ".join(items)))
         headers.append((_RAW_STATE, b", ".join([_state_bytes(p) for p in policies])))
     return headers
+
+
+def response_headers(decision: Decision, style: HeaderStyle = "both") -> Sequence[RawHeader]:
+    """`raw_headers` as a tuple to add to a response (read-only: it may be shared).
+
+    An allowed request with one policy (the usual response) answers from a small cache: its
+    headers depend only on the policy and on two small numbers (remaining, whole seconds to
+    reset), which repeat across clients and for a whole second, so most responses reuse a
+    ready tuple instead of formatting and encoding five values.
+    """
+    policies = decision.policies
+    if decision.allowed and len(policies) == 1 and style in _STYLES:
+        policy = policies[0]
+        limit = policy.limit
+        remaining = decision.remaining
+        reset_after = decision.reset_after
+        if (
+            policy.allowed
+            and policy.remaining == remaining
+            and policy.reset_after == reset_after
+            and decision.limit == limit.burst
+        ):
+            # Everything raw_headers reads for such a decision is in this key.
+            key = (
+                style,
+                policy.name,
+                limit.burst,
+                limit.period,
+                remaining,
+                _whole_seconds(reset_after),
+            )
+            found = _RESPONSE_CACHE.get(key)
+            if found is None:
+                found = tuple(raw_headers(decision, style))
+                if len(_RESPONSE_CACHE) >= _RESPONSE_CACHE_SIZE:
+                    _RESPONSE_CACHE.clear()  # bounded: start over rather than grow
+                _RESPONSE_CACHE[key] = found
+            return found
+    return tuple(raw_headers(decision, style))
 
 
 def _state_bytes(policy: PolicyStatus) -> bytes:

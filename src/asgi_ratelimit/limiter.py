@@ -167,6 +167,24 @@ class RateLimiter(RequestLimiting):
         """Decide every check in one backend call; apply the failure policy if it fails."""
         if not checks:
             return Decision.unlimited(identity)
+        if len(checks) == 1 and self.backend.__class__ is MemoryBackend:
+            # The usual request (one limit, in memory): no lists, no coroutine, one status.
+            pc = checks[0]
+            check = pc.check
+            try:
+                outcome = self.backend.hit_one(check.key, check.limit, check.cost, consume)
+            except ConfigurationError:
+                raise
+            except Exception as exc:  # a broken clock: the same failure policy as any backend
+                return await self._decide_in_outage(checks, identity, consume, exc)
+            if self._in_outage:
+                self._in_outage = False
+                logger.warning(
+                    "rate limit backend %r is back; limits are enforced again", self.backend
+                )
+            return Decision.from_one(
+                _status(pc.name, check.limit, check.cost, outcome, consume), identity
+            )
         plain = [pc.check for pc in checks]
         try:
             outcomes = await (self.backend.hit(plain) if consume else self.backend.peek(plain))
@@ -178,6 +196,28 @@ class RateLimiter(RequestLimiting):
             self._in_outage = False
             logger.warning("rate limit backend %r is back; limits are enforced again", self.backend)
         return Decision.from_policies(_statuses(checks, outcomes, consume), identity)
+
+    def _decide_sole(
+        self, sole: tuple[str, str, Limit, float], identity: Identity, consume: bool
+    ) -> Decision | None:
+        """`decide` for a request whose only check is a rule's `Rule.sole` limit, or None.
+
+        The usual request, in memory: no `Check`, `PolicyCheck` or list is built, and nothing
+        is awaited. None (another backend, or a failure) sends the request down the general
+        path, which decides it exactly as before and applies the failure policy if need be.
+        """
+        backend = self.backend
+        if backend.__class__ is not MemoryBackend:
+            return None
+        prefix, name, limit, cost = sole
+        try:
+            outcome = backend.hit_one(prefix + identity.key, limit, cost, consume)
+        except Exception:  # nothing was stored: the general path meets the failure again
+            return None
+        if self._in_outage:
+            self._in_outage = False
+            logger.warning("rate limit backend %r is back; limits are enforced again", backend)
+        return Decision.from_one(_status(name, limit, cost, outcome, consume), identity)
 
     async def _decide_in_outage(
         self,
@@ -257,21 +297,21 @@ def _statuses(
 ) -> tuple[PolicyStatus, ...]:
     if len(checks) == 1 and len(outcomes) == 1:  # one limit: the usual case, on every request
         pc = checks[0]
-        return (_status(pc.name, pc.check, outcomes[0], consume),)
+        check = pc.check
+        return (_status(pc.name, check.limit, check.cost, outcomes[0], consume),)
     return tuple(
         [
-            _status(pc.name, pc.check, outcome, consume)
+            _status(pc.name, pc.check.limit, pc.check.cost, outcome, consume)
             for pc, outcome in zip(checks, outcomes, strict=True)
         ]
     )
 
 
-def _status(name: str, check: Check, outcome: Outcome, consume: bool) -> PolicyStatus:
+def _status(name: str, limit: Limit, cost: float, outcome: Outcome, consume: bool) -> PolicyStatus:
     remaining = outcome.remaining
     if not consume and outcome.allowed:
-        remaining += check.cost  # a peek reports what is left now, before this request
+        remaining += cost  # a peek reports what is left now, before this request
     retry = outcome.retry_us
-    limit = check.limit
     # Positional, and limit.burst for limit.capacity: this runs on every request.
     return PolicyStatus(
         name,

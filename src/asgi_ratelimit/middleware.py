@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from .decision import Decision
 from .errors import ConfigurationError
-from .headers import raw_headers
+from .headers import raw_headers, response_headers
 from .limiter import RateLimiter, Verdict
+from .request import RequestLimiting
 from .responses import denied_parts, forbidden_parts, send_http
 
 __all__ = ["OnLimited", "RateLimitMiddleware"]
@@ -93,11 +94,46 @@ class RateLimitMiddleware:
         self._style = limiter.header_style
         self._forbidden = forbidden_parts()
         self._warned: set[str] = set()
+        cls = type(limiter)
+        self._own_check = (
+            cls.check_request is RequestLimiting.check_request
+            and cls.verdict_now is RequestLimiting.verdict_now
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            await self._http(scope, receive, send)
+            # The usual request is decided without an await (no coroutine to create): then
+            # _http, inlined here, would cost one more coroutine of its own.
+            limiter = self.limiter
+            try:
+                # Only while check_request is ours: a limiter may override it (or a test
+                # replace it), and then it alone decides.
+                verdict = (
+                    limiter.verdict_now(scope)
+                    if self._own_check and "check_request" not in limiter.__dict__
+                    else None
+                )
+            except Exception as exc:
+                self._warn_once("verdict", "rate limiting failed; letting requests through", exc)
+                await self.app(scope, receive, send)
+                return
+            if verdict is None:
+                await self._http(scope, receive, send)
+                return
+            decision = verdict.decision
+            state = scope.get("state")
+            if state is None:
+                scope["state"] = {"rate_limit": decision}
+            else:
+                state["rate_limit"] = decision
+            if not decision.allowed:
+                await self._deny(scope, receive, send, decision)
+            elif decision.delay > 0 or self._style == "none":
+                await self._pass(scope, receive, send, decision)
+            else:
+                extra = response_headers(decision, self._style)
+                await self.app(scope, receive, _adding_headers(send, extra))
         elif kind == "websocket" and self.websocket:
             await self._websocket(scope, receive, send)
         else:  # lifespan, websockets when not limited, and types we do not know
@@ -137,12 +173,18 @@ class RateLimitMiddleware:
         if not decision.allowed:
             await self._deny(scope, receive, send, decision)
             return
+        await self._pass(scope, receive, send, decision)
+
+    async def _pass(self, scope: Scope, receive: Receive, send: Send, decision: Decision) -> None:
+        """Call the app for an allowed request: after its delay, with the headers added."""
         if decision.delay > 0:
             await self._sleep(decision.delay)  # leaky bucket: shape, do not reject
         if not decision.policies or self._style == "none":
             await self.app(scope, receive, send)  # no header to add: no send wrapper
             return
-        await self.app(scope, receive, _adding_headers(send, raw_headers(decision, self._style)))
+        await self.app(
+            scope, receive, _adding_headers(send, response_headers(decision, self._style))
+        )
 
     async def _deny(self, scope: Scope, receive: Receive, send: Send, decision: Decision) -> None:
         custom = await self._custom_response(scope, decision)
@@ -202,22 +244,27 @@ class RateLimitMiddleware:
 
 
 def _adding_headers(
-    send: Send, extra: list[tuple[bytes, bytes]], start: str = "http.response.start"
+    send: Send, extra: Sequence[tuple[bytes, bytes]], start: str = "http.response.start"
 ) -> Send:
     """Wrap ``send`` to add ``extra`` headers to the ``start`` message; the rest passes as is."""
 
-    async def send_with_headers(message: Message) -> None:
+    # Not a coroutine function: it hands back send's own awaitable, so each message (every
+    # body chunk too) costs no coroutine of ours. ASGI callers only ever await it.
+    def send_with_headers(message: Message) -> Awaitable[None]:
         if message["type"] == start:
             headers = list(message.get("headers") or ())
             for name, _ in headers:
-                if bytes(name).lower() in _SINGLE_FIELDS:
+                # ASGI names are lower-case bytes already (then no copy is made to compare).
+                if (
+                    name if name.__class__ is bytes and name.islower() else bytes(name).lower()
+                ) in _SINGLE_FIELDS:
                     present = {bytes(n).lower() for n, _ in headers}
                     headers.extend(h for h in extra if h[0] in _LIST_FIELDS or h[0] not in present)
                     break
             else:  # the usual case: the app set none of ours, all are added
                 headers.extend(extra)
             message = {**message, "headers": headers}
-        await send(message)
+        return send(message)
 
     return send_with_headers
 

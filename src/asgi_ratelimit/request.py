@@ -23,8 +23,9 @@ from .decision import Decision, HeaderStyle
 from .errors import ConfigurationError
 from .identity.base import Identity, IdentitySource, Scope
 from .identity.ip import ClientIP
-from .paths import request_path
-from .rates import LimitsLike
+from .rates import Limit, LimitsLike
+from .request_routes import RouteCache
+from .request_routes import route_of as _route
 from .rules import FailurePolicy, Rule, TieredLimits
 from .ruleset import RuleSet
 
@@ -40,6 +41,8 @@ logger = logging.getLogger("asgi_ratelimit")
 Access = Literal["blocked", "bypass", "checked"]
 
 _UNSET = object()
+#: How many direct-peer identities `_ip_identity` keeps.
+_IP_CACHE_SIZE = 4096
 
 
 class PolicyCheck(NamedTuple):
@@ -87,6 +90,10 @@ class RequestLimiting:
 
     if TYPE_CHECKING:
 
+        def _decide_sole(
+            self, sole: tuple[str, str, Limit, float], identity: Identity, consume: bool
+        ) -> Decision | None: ...
+
         async def decide(
             self,
             checks: Sequence[PolicyCheck],
@@ -116,6 +123,16 @@ class RequestLimiting:
         # Empty lists cannot match: then no request needs its address as an object.
         self._lists = bool(self.allow or self.deny)
         self._warned = set()
+        # Client host -> its Identity, for direct peers (see _ip_identity): bounded. Only
+        # when ClientIP's own direct_peer_key decides, since its answer depends on the host
+        # string alone (a subclass's might not).
+        self._ip_identities: dict[str, Identity] = {}
+        # The route and matching rules of a scope, memoized (request_routes.RouteCache).
+        self._route_rules = RouteCache(self.ruleset)
+        self._ip_cacheable = (
+            self.ip_source._direct
+            and type(self.ip_source).direct_peer_key is ClientIP.direct_peer_key
+        )
         self._address_key = f"asgi_ratelimit.client_address.{id(self)}"
 
     # -- identity ----------------------------------------------------------------------------
@@ -126,7 +143,7 @@ class RequestLimiting:
         A source that raises is logged (once) and skipped: identity never takes a request down.
         """
         if self._ip_only:
-            return Identity(self._ip_key(scope), None, "ip")
+            return self._ip_identity(scope)
         for source in self.sources:
             if source is self.ip_source:
                 break  # shares the memoized address
@@ -143,6 +160,30 @@ class RequestLimiting:
                     "identity source %r returned something else than an Identity or None",
                     source, TypeError(f"it returned {identity!r}"),
                 )  # fmt: skip
+        return self._ip_identity(scope)
+
+    def _ip_identity(self, scope: Scope) -> Identity:
+        """``Identity(self._ip_key(scope), None, "ip")``, from a cache for direct peers.
+
+        A direct peer's key depends on its host string alone (`ClientIP.direct_peer_key`),
+        and the same clients come back: one dict lookup then replaces the check of the
+        address, the key's string and the frozen `Identity` (about a microsecond).
+        """
+        client = scope.get("client")
+        if self._ip_cacheable and client.__class__ is tuple and client:
+            host = client[0]
+            if host.__class__ is str:
+                found = self._ip_identities.get(host)
+                if found is not None:
+                    return found
+                key = self.ip_source.direct_peer_key(scope)  # ClientIP's own: never raises
+                if key is not None:
+                    identity = Identity(key, None, "ip")
+                    cache = self._ip_identities
+                    if len(cache) >= _IP_CACHE_SIZE:
+                        cache.clear()  # bounded: start over rather than grow
+                    cache[host] = identity
+                    return identity
         return Identity(self._ip_key(scope), None, "ip")
 
     async def client_ip_key(self, scope: Scope) -> str:
@@ -196,12 +237,34 @@ class RequestLimiting:
                 return Verdict("blocked", Decision.unlimited(identity))
             if self.allow.has_address(address) or self.allow.has_identity(identity.key):
                 return Verdict("bypass", Decision.unlimited(identity))
+        elif self._ip_only:
+            identity = self._ip_identity(scope)  # what identify answers, without a coroutine
         else:
             identity = await self.identify(scope)
-        checks = self._checks_now(scope, identity)
+        route, rules = self._route_rules(scope)
+        if len(rules) == 1 and rules[0].sole is not None:
+            decision = self._decide_sole(rules[0].sole, identity, consume)
+            if decision is not None:
+                return Verdict("checked", decision)
+        checks = self._checks_now(scope, identity, route)
         if checks is None:  # a rule's cost is a callable, maybe async
             checks = await self.request_checks(scope, identity)
         return Verdict("checked", await self.decide(checks, identity, consume=consume))
+
+    def verdict_now(self, scope: Scope) -> Verdict | None:
+        """`check_request(scope)` when it needs no await (the usual request), else None.
+
+        Empty lists, the client IP as identity, one matching rule with one limit at a constant
+        cost, and the in-memory backend: the middleware then skips a coroutine per request.
+        None means: await ``check_request(scope)``, which answers the same for this request.
+        """
+        if self._lists or not self._ip_only:
+            return None
+        rules = self._route_rules(scope)[1]
+        if len(rules) != 1 or rules[0].sole is None:
+            return None
+        decision = self._decide_sole(rules[0].sole, self._ip_identity(scope), True)
+        return None if decision is None else Verdict("checked", decision)
 
     def matching_rules(self, method: str, path: str) -> list[Rule]:
         """The rules for ``method`` on a normalized ``path``, in order; else the default."""
@@ -232,12 +295,15 @@ class RequestLimiting:
                 checks.append(PolicyCheck(name, Check(key, limit, cost), on_error))
         return checks
 
-    def _checks_now(self, scope: Scope, identity: Identity) -> list[PolicyCheck] | None:
+    def _checks_now(
+        self, scope: Scope, identity: Identity, route: tuple[str, str] | None = None
+    ) -> list[PolicyCheck] | None:
         """`request_checks` without an await, or None when a matching rule's cost is a callable.
 
-        The usual case, on every request: constant costs, so nothing to await.
+        The usual case, on every request: constant costs, so nothing to await. ``route`` is
+        ``_route(scope)`` when the caller has it already.
         """
-        method, path = _route(scope)
+        method, path = _route(scope) if route is None else route
         checks: list[PolicyCheck] = []
         ip_key = ""
         for rule in self.ruleset.match(method, path):
@@ -279,15 +345,6 @@ class RequestLimiting:
             return
         self._warned.add(what)
         logger.error(message + " (%s: %s); logged once", subject, type(exc).__name__, exc)
-
-
-def _route(scope: Scope) -> tuple[str, str]:
-    """The method (upper case) and normalized path that rules match on."""
-    # A websocket handshake is a GET; HEAD shares GET's budget (Rule.matches).
-    method = scope.get("method", "GET") if scope.get("type") == "http" else "GET"
-    if method.__class__ is not str or not method.isupper():
-        method = str(method).upper()
-    return method, request_path(scope)
 
 
 def _parse_sources(

@@ -77,6 +77,7 @@ class Rule:
         "name",
         "on_backend_error",
         "path",
+        "sole",
         "static_cost",
         "stop",
         "tiers",
@@ -93,6 +94,9 @@ class Rule:
     on_backend_error: FailurePolicy | None
     #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
     tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
+    #: (key prefix, policy name, limit, cost) when the rule's checks are always that one limit
+    #: on the identity's key at a constant cost (the usual rule), else None: see request.py.
+    sole: tuple[str, str, Limit, float] | None
 
     def __init__(
         self,
@@ -128,6 +132,10 @@ class Rule:
             else validate_failure_policy(on_backend_error, f"rule {self.name!r}: on_backend_error")
         )
         self.tiers = self._parse_tiers(limits)
+        untiered = self.tiers.get(None)
+        self.sole = None
+        if key == "identity" and self.static_cost is not None and untiered and len(untiered) == 1:
+            self.sole = (self._key_prefix, untiered[0][0], untiered[0][1], self.static_cost)
 
     def _parse_tiers(
         self, limits: LimitsLike | TieredLimits

@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 
 from asgi_ratelimit.backends.base import Check
 from asgi_ratelimit.backends.memory import MemoryBackend
-from asgi_ratelimit.backends.redis import RedisBackend
+from asgi_ratelimit.backends.redis import RedisBackend, limit_code
 from asgi_ratelimit.backends.redis_script import decode
 from asgi_ratelimit.errors import ConfigurationError
 from asgi_ratelimit.rates import Limit
@@ -21,6 +21,8 @@ from tests.backends.conftest import RedisServer, require_redis_binaries
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.redis
+
+BASE64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 ALL_ALGORITHMS = [
     Limit("5/minute", algorithm="fixed_window"),
@@ -126,10 +128,10 @@ async def test_keys_are_hashed_tagged_and_all_have_a_ttl(
     for key in keys:
         text = key.decode()
         tag, rest = text[len(prefix) :].split("}:", 1)
-        assert (
-            tag.startswith("{") and len(tag) == 33 and all(c in "0123456789abcdef" for c in tag[1:])
-        )
-        assert rest in {limit.id for limit in ALL_ALGORITHMS}
+        assert tag.startswith("{") and len(tag) == 23 and all(c in BASE64URL for c in tag[1:])
+        assert rest in {limit_code(limit) for limit in ALL_ALGORITHMS}
+        assert len(rest) == 8 and all(c in BASE64URL for c in rest)
+        assert len(text) == len(prefix) + 33  # fixed, whatever the identity
         # The injected clock adds a 60 s margin (see RedisBackend); never a key without TTL.
         assert 0 < await redis_client.pttl(key) <= 120_000 + 60_000
 

@@ -13,6 +13,7 @@ State: ``(window_index, current_count, previous_count)``.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from ..rates import Limit
@@ -76,8 +77,19 @@ def _wait_until_fits(
     # In the next window the current count becomes the weighted previous one.
     if current == 0:
         return period - elapsed
-    guess = _guess(target, current, period)
-    return period - elapsed + _first_fit(cost, amount, 0, current, guess, 0, period)
+    return period - elapsed + _next_window_fit(cost, amount, current, period)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _next_window_fit(cost: float, amount: int, current: float, period: int) -> int:
+    """The first e of the next window where ``cost`` fits after ``current`` this window.
+
+    A pure function of its arguments, memoized: every allowed request asks it (for its reset
+    time) and the same few (cost, count, limit) come back, a new key's above all. ``typed``
+    keeps 1 and 1.0 apart, since int and float arithmetic can round differently.
+    """
+    guess = _guess(amount - cost, current, period)
+    return _first_fit(cost, amount, 0, current, guess, 0, period)
 
 
 def _guess(allowance: float, count: float, period: int) -> int:

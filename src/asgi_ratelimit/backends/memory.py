@@ -5,24 +5,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
 
 from ..algorithms import DECIDERS, Outcome, State
 from ..clock import Clock, monotonic_epoch_clock
 from ..errors import ConfigurationError
 from ..rates import Limit
 from .base import Check
+from .memory_entries import Entry, Tables, _pack, _sweep, _unpack
 
 __all__ = ["MemoryBackend"]
 
-# A stored entry is one int when its state is all ints (see _pack), else the tuple
-# (expires_at, *state). Tables map limit id -> key -> entry.
-Entry = Any
-Tables = dict[str, dict[str, Entry]]
-
-_BITS = 64
-_BASE = 1 << _BITS
-_MASK = _BASE - 1
 # How many numbers each algorithm's state holds when it packs into one int (0: never packs).
 _ARITY = {
     "fixed_window": 2,
@@ -87,6 +79,13 @@ class MemoryBackend:
 
     def hit_sync(self, checks: Sequence[Check], *, commit: bool = True) -> list[Outcome]:
         """Decide ``checks`` now; store the new states when all are allowed and ``commit``."""
+        if len(checks) == 1:
+            key, limit, cost = checks[0]
+            return [self.hit_one(key, limit, cost, commit)]
+        return self._hit_many(checks, commit)
+
+    def _hit_many(self, checks: Sequence[Check], commit: bool) -> list[Outcome]:
+        """`hit_sync` for any number of checks (the general rule `hit_one` follows)."""
         with self._lock:
             # The clock is read under the lock so that threads decide in time order, and it
             # is never allowed to step back: a wall clock that jumps back would otherwise make
@@ -125,6 +124,40 @@ class MemoryBackend:
                         else:
                             self._insert(limit.id, key, entry, now)
             return outcomes
+
+    def hit_one(self, key: str, limit: Limit, cost: float, commit: bool = True) -> Outcome:
+        """`hit_sync` of the one check ``Check(key, limit, cost)``, answering its `Outcome`.
+
+            outcome = backend.hit_one("ip:203.0.113.7", Limit("5/minute"), 1)
+
+        The usual request (one rule, one limit) on every request: the same steps in the same
+        order as `hit_sync`, without its lists, its pending map and its second pass.
+        """
+        with self._lock:
+            now = round(self._clock() * 1_000_000)
+            if now < self._last_now:
+                now = self._last_now
+            self._last_now = now
+            algorithm = limit.algorithm
+            table = self._young.get(limit.id)
+            entry = None if table is None else table.get(key)
+            if entry is None:
+                state = self._old_state(limit, key, now, commit)
+            else:
+                state = _unpack(entry, now, _ARITY[algorithm])
+            outcome = DECIDERS[algorithm](state, now, limit, cost)
+            if commit and cost and outcome.allowed and outcome.state is not None:
+                packed = _pack(outcome.state, now + outcome.ttl_us)
+                if entry is not None:
+                    # Found in the young generation, and nothing has moved since: in place.
+                    table[key] = packed  # type: ignore[index]
+                else:
+                    table = self._young.get(limit.id)  # _old_state may have moved things
+                    if table is not None and key in table:
+                        table[key] = packed
+                    else:
+                        self._insert(limit.id, key, packed, now)
+            return outcome
 
     def _old_state(self, limit: Limit, key: str, now: int, touch: bool) -> State | None:
         """The live state of a key not in the young generation; ``touch`` makes it young."""
@@ -210,65 +243,3 @@ class MemoryBackend:
 
     def __repr__(self) -> str:
         return f"MemoryBackend(keys={len(self)}, max_keys={self._max_keys})"
-
-
-def _pack(state: State, expires_at: int) -> Entry:
-    """``state`` and its expiry as one int when they are ints that fit, else a flat tuple.
-
-    One int of a few hundred bits costs 32-64 bytes; the tuple of the same ints costs
-    100-130. Each number after the first takes 64 bits (unsigned), the first any int.
-    """
-    if type(expires_at) is int and 0 <= expires_at <= _MASK:
-        packed = None
-        for value in state:
-            if type(value) is not int:
-                break
-            if packed is None:
-                packed = value
-            elif 0 <= value <= _MASK:
-                packed = packed << _BITS | value
-            else:
-                break
-        else:
-            if packed is not None:
-                return packed << _BITS | expires_at
-    return (expires_at, *state)
-
-
-def _unpack(entry: Entry, now: int, arity: int) -> State | None:
-    """The state ``_pack`` stored, or None when it has expired (it then equals no state)."""
-    if type(entry) is not int:
-        return entry[1:] if entry[0] > now else None
-    if entry & _MASK <= now:
-        return None
-    if arity == 1:
-        return (entry >> _BITS,)
-    if arity == 2:
-        return divmod(entry >> _BITS, _BASE)
-    high, last = divmod(entry >> _BITS, _BASE)
-    first, second = divmod(high, _BASE)
-    return (first, second, last)
-
-
-def _sweep(generation: Tables, now: int) -> int:
-    """Drop expired entries from ``generation`` in place; return how many entries are left."""
-    size = 0
-    for limit_id, table in list(generation.items()):
-        expired = [
-            key
-            for key, entry in table.items()
-            if (entry & _MASK if type(entry) is int else entry[0]) <= now
-        ]
-        if len(expired) * 2 > len(table):
-            # Mostly expired: rebuilt, since a dict never shrinks when entries are deleted.
-            gone = set(expired)
-            table = {key: entry for key, entry in table.items() if key not in gone}
-        else:
-            for key in expired:
-                del table[key]
-        if table:
-            generation[limit_id] = table
-            size += len(table)
-        else:
-            del generation[limit_id]
-    return size

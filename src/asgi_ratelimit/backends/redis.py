@@ -9,6 +9,7 @@ failure policy. A local deny cache answers floods from one identity without call
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import logging
 import sys
@@ -36,7 +37,7 @@ from .redis_cluster import run_across_slots
 from .redis_direct import DirectScript
 from .redis_script import EXACT_LIMIT, SCRIPT, SCRIPT_SHA, Mode, decode, encode, validate_limit
 
-__all__ = ["EXACT_LIMIT", "RedisBackend"]
+__all__ = ["EXACT_LIMIT", "RedisBackend", "limit_code"]
 
 logger = logging.getLogger("asgi_ratelimit")
 _T = TypeVar("_T")
@@ -118,8 +119,9 @@ class RedisBackend:
         self._prefixes: dict[str, str] = {}
         self._watchdog = Watchdog()
         self._direct = DirectScript.for_client(client)
-        #: ids of the limits this backend has validated (a Limit's id names its parameters)
-        self._valid: set[str] = set()
+        #: id -> key code of the limits this backend has validated (an id names a limit's
+        #: parameters)
+        self._codes: dict[str, str] = {}
 
     @classmethod
     def from_url(
@@ -206,13 +208,18 @@ class RedisBackend:
     # -- keys ---------------------------------------------------------------------------
 
     def tag(self, key: str) -> str:
-        """The fixed-length hash of an identity key: no raw user data reaches Redis."""
+        """The fixed-length hash of an identity key: no raw user data reaches Redis.
+
+        128 bits of BLAKE2b in base64url (22 characters of ``A-Za-z0-9-_``: no brace, so the
+        whole tag is the Cluster hash tag and nobody can choose a slot).
+        """
         data = key.encode("utf-8", "surrogatepass")
-        return hashlib.blake2b(data, digest_size=16, person=b"asgi-ratelimit").hexdigest()
+        digest = hashlib.blake2b(data, digest_size=16, person=b"asgi-ratelimit").digest()
+        return base64.urlsafe_b64encode(digest)[:22].decode("ascii")
 
     def storage_key(self, key: str, limit: Limit) -> str:
         # Every limit of one identity key shares its {hash tag}, hence one Cluster slot.
-        return self._key_prefix(key) + limit.id
+        return self._key_prefix(key) + limit_code(limit)
 
     def _key_prefix(self, key: str) -> str:
         """``prefix{tag}:`` of an identity key, hashed once and then remembered.
@@ -314,13 +321,14 @@ class RedisBackend:
     def _storage_keys(self, checks: Sequence[Check]) -> list[str]:
         """The checks' keys, once each limit is known to be exact in Lua (validated once)."""
         keys = []
-        valid = self._valid
+        codes = self._codes
         for check in checks:
             limit = check.limit
-            if limit.id not in valid:
+            code = codes.get(limit.id)
+            if code is None:
                 validate_limit(limit)
-                valid.add(limit.id)
-            keys.append(self._key_prefix(check.key) + limit.id)
+                code = codes[limit.id] = limit_code(limit)
+            keys.append(self._key_prefix(check.key) + code)
         return keys
 
     async def _decide(self, mode: Mode, checks: Sequence[Check]) -> list[Outcome]:
@@ -433,6 +441,29 @@ class RedisBackend:
             return await self._client.execute_command(
                 "EVAL", SCRIPT, len(storage_keys), *storage_keys, *args, **_RAW
             )
+
+
+def limit_code(limit: Limit) -> str:
+    """The short name of a limit in its keys: 48 bits of BLAKE2b of ``limit.id``, base64url.
+
+    Eight characters instead of ids like ``1000:3600:gcra`` keep a key within 44 bytes, the
+    size Redis stores in its smallest allocation for keys. Two limits of one application
+    share a name with probability about n^2 / 2^49 for n distinct limits (1e-9 for 1,000),
+    and only an identity that uses both would notice (their counts would merge); limit ids
+    come from the application's own configuration, not from clients, so nobody can aim for
+    a collision.
+    """
+    code = _LIMIT_CODES.get(limit.id)
+    if code is None:
+        digest = hashlib.blake2b(limit.id.encode(), digest_size=6, person=b"rl-limit").digest()
+        code = base64.urlsafe_b64encode(digest).decode("ascii")
+        if len(_LIMIT_CODES) < 10_000:  # limits built per request must not grow it forever
+            _LIMIT_CODES[limit.id] = code
+    return code
+
+
+#: limit id -> its code (limits are few and fixed: the rules' and the code's).
+_LIMIT_CODES: dict[str, str] = {}
 
 
 def _pool_size(client: aioredis.Redis | aioredis.RedisCluster) -> int:

@@ -149,12 +149,16 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
             (size,) = _LENGTH.unpack_from(reply, offset)
             start = offset + _LENGTH.size
             offset = start + int(size)
-            states[index] = parse_state(reply[start:offset], check.limit)
+            states[index] = parse_state(reply[start:offset], check.limit, int(now))
     return int(now), outcomes, states
 
 
-def parse_state(raw: bytes, limit: Limit) -> State | None:
-    """A key's stored value (binary or text, see ``ratelimit.lua``) as the algorithm's state."""
+def parse_state(raw: bytes, limit: Limit, now_us: int) -> State | None:
+    """A key's stored value (see ``pack_state`` in ``ratelimit.lua``) as the algorithm's state.
+
+    One integer when it is exact, else a NUL and doubles; text for the sliding log. ``now_us``
+    is the instant the script read it (a token bucket's integer is read as its level then).
+    """
     if not raw:
         return None
     algorithm = limit.algorithm
@@ -167,6 +171,8 @@ def parse_state(raw: bytes, limit: Limit) -> State | None:
             timestamp, _, cost = item.partition(":")
             entries.append((int(_number(timestamp)), _number(cost) if cost else 1))
         return tuple(entries)
+    elif b" " not in raw:  # one integer (see pack_state in ratelimit.lua)
+        return _parse_integer(int(raw), limit, now_us)
     else:  # text, as earlier versions stored it
         values = tuple(_number(part) for part in raw.split())
     if algorithm in ("gcra", "leaky_bucket"):
@@ -174,6 +180,20 @@ def parse_state(raw: bytes, limit: Limit) -> State | None:
         backlog, at = values
         return (int(at) * limit.amount + backlog,)
     return values
+
+
+def _parse_integer(number: int, limit: Limit, now_us: int) -> State:
+    """The state behind one stored integer (``pack_state`` and ``unpack_int`` in the script)."""
+    algorithm = limit.algorithm
+    if algorithm == "fixed_window":  # window * (amount + 1) + count
+        return divmod(number, limit.amount + 1)
+    if algorithm == "sliding_window_counter":  # (window * m + current) * m + previous
+        rest, previous = divmod(number, limit.amount + 1)
+        return (*divmod(rest, limit.amount + 1), previous)
+    if algorithm == "token_bucket":  # at * amount + (full - level): refilled up to now
+        full = limit.burst * limit.period_us
+        return (full - max(0, number - now_us * limit.amount), now_us)
+    return (number,)  # GCRA, leaky bucket: at * amount + backlog, their Python state
 
 
 def _number(text: str | bytes) -> float:

@@ -1,0 +1,115 @@
+"""How `MemoryBackend` stores a key's state: one packed int (or a flat tuple), and the sweep.
+
+    entry = _pack((window, count), expires_at)      # one int of 3 x 64 bits
+    _unpack(entry, now, 2)                          # (window, count), or None once expired
+
+Split from memory.py, which keeps the backend itself: these run once per stored entry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..algorithms import State
+
+__all__ = ["Entry", "Tables"]
+
+# A stored entry is one int when its state is all ints (see _pack), else the tuple
+# (expires_at, *state). Tables map limit id -> key -> entry.
+Entry = Any
+Tables = dict[str, dict[str, Entry]]
+
+_BITS = 64
+_BASE = 1 << _BITS
+_MASK = _BASE - 1
+
+
+def _pack(state: State, expires_at: int) -> Entry:
+    """``state`` and its expiry as one int when they are ints that fit, else a flat tuple.
+
+    One int of a few hundred bits costs 32-64 bytes; the tuple of the same ints costs
+    100-130. Each number after the first takes 64 bits (unsigned), the first any int.
+    """
+    # The shapes every algorithm stores, unrolled (this runs on every admitted request);
+    # _pack_any is the general rule they follow.
+    if type(expires_at) is int and 0 <= expires_at <= _MASK:
+        size = len(state)
+        if size == 1:
+            first = state[0]
+            if type(first) is int:
+                return first << _BITS | expires_at
+        elif size == 2:
+            first, second = state
+            if type(first) is int and type(second) is int and 0 <= second <= _MASK:
+                return (first << _BITS | second) << _BITS | expires_at
+        elif size == 3:
+            first, second, third = state
+            if (
+                type(first) is int
+                and type(second) is int
+                and type(third) is int
+                and 0 <= second <= _MASK
+                and 0 <= third <= _MASK
+            ):
+                return ((first << _BITS | second) << _BITS | third) << _BITS | expires_at
+        else:
+            return _pack_any(state, expires_at)
+    return (expires_at, *state)
+
+
+def _pack_any(state: State, expires_at: int) -> Entry:
+    """`_pack` for a state of any length, one number at a time."""
+    if type(expires_at) is int and 0 <= expires_at <= _MASK:
+        packed = None
+        for value in state:
+            if type(value) is not int:
+                break
+            if packed is None:
+                packed = value
+            elif 0 <= value <= _MASK:
+                packed = packed << _BITS | value
+            else:
+                break
+        else:
+            if packed is not None:
+                return packed << _BITS | expires_at
+    return (expires_at, *state)
+
+
+def _unpack(entry: Entry, now: int, arity: int) -> State | None:
+    """The state ``_pack`` stored, or None when it has expired (it then equals no state)."""
+    if type(entry) is not int:
+        return entry[1:] if entry[0] > now else None
+    if entry & _MASK <= now:
+        return None
+    if arity == 1:
+        return (entry >> _BITS,)
+    if arity == 2:
+        return divmod(entry >> _BITS, _BASE)
+    high, last = divmod(entry >> _BITS, _BASE)
+    first, second = divmod(high, _BASE)
+    return (first, second, last)
+
+
+def _sweep(generation: Tables, now: int) -> int:
+    """Drop expired entries from ``generation`` in place; return how many entries are left."""
+    size = 0
+    for limit_id, table in list(generation.items()):
+        expired = [
+            key
+            for key, entry in table.items()
+            if (entry & _MASK if type(entry) is int else entry[0]) <= now
+        ]
+        if len(expired) * 2 > len(table):
+            # Mostly expired: rebuilt, since a dict never shrinks when entries are deleted.
+            gone = set(expired)
+            table = {key: entry for key, entry in table.items() if key not in gone}
+        else:
+            for key in expired:
+                del table[key]
+        if table:
+            generation[limit_id] = table
+            size += len(table)
+        else:
+            del generation[limit_id]
+    return size
