@@ -122,11 +122,7 @@ class RateLimitMiddleware:
                 await self._http(scope, receive, send)
                 return
             decision = verdict.decision
-            state = scope.get("state")
-            if state is None:
-                scope["state"] = {"rate_limit": decision}
-            else:
-                state["rate_limit"] = decision
+            _remember(scope, decision)
             if not decision.allowed:
                 await self._deny(scope, receive, send, decision)
             elif decision.delay > 0 or self._style == "none":
@@ -165,11 +161,7 @@ class RateLimitMiddleware:
                 await self.app(scope, receive, send)
             return
         decision = verdict.decision
-        state = scope.get("state")
-        if state is None:
-            scope["state"] = {"rate_limit": decision}
-        else:
-            state["rate_limit"] = decision
+        _remember(scope, decision)
         if not decision.allowed:
             await self._deny(scope, receive, send, decision)
             return
@@ -227,7 +219,7 @@ class RateLimitMiddleware:
             await _refuse_websocket(scope, receive, send, *self._forbidden)
             return
         decision = verdict.decision
-        scope.setdefault("state", {})["rate_limit"] = decision
+        _remember(scope, decision)
         if not decision.allowed:
             await _refuse_websocket(scope, receive, send, *denied_parts(decision, self._style))
             return
@@ -241,6 +233,15 @@ class RateLimitMiddleware:
         if what not in self._warned:
             self._warned.add(what)
             logger.error("%s (%s: %s); logged once", message, type(exc).__name__, exc)
+
+
+def _remember(scope: Scope, decision: Decision) -> None:
+    """Put the decision where handlers find it: ``request.state.rate_limit``."""
+    state = scope.get("state")
+    if state is None:
+        scope["state"] = {"rate_limit": decision}
+    else:
+        state["rate_limit"] = decision
 
 
 def _adding_headers(
