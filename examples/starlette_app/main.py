@@ -15,90 +15,44 @@ Endpoints and their limits:
 
 Demo credentials: users ``alice`` / ``wonderland`` (free) and ``bob`` / ``builder`` (premium);
 API keys ``demo-free-key`` and ``demo-premium-key``. Tokens are HS256, signed with the env var
-``EXAMPLE_JWT_SECRET`` (default: ``DEFAULT_JWT_SECRET`` below; change it for anything real).
+``EXAMPLE_JWT_SECRET`` (default: ``DEFAULT_JWT_SECRET`` in ``examples/demo.py``; change it
+for anything real).
 ``REDIS_URL=redis://localhost:6379/0`` switches the limits from memory to Redis.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import jwt
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from asgi_ratelimit import (
-    APIKey,
-    ClientIP,
-    JWTSubject,
-    MemoryBackend,
-    RateLimiter,
-    RateLimitMiddleware,
-    Rule,
-)
+from asgi_ratelimit import RateLimitMiddleware
 from asgi_ratelimit.backends.base import Backend
 from asgi_ratelimit.clock import Clock
+from examples.demo import (
+    API_KEYS,
+    DEFAULT_JWT_SECRET,
+    TOKEN_LIFETIME,
+    USERS,
+    demo_limiter,
+    issue_token,
+    jwt_secret,
+)
 from examples.quotas import current_quotas
 
 __all__ = ["API_KEYS", "DEFAULT_JWT_SECRET", "USERS", "app", "create_app", "issue_token"]
-
-#: Used when EXAMPLE_JWT_SECRET is not set. Public, so only for the demo.
-DEFAULT_JWT_SECRET = "asgi-ratelimit-example-secret-change-me"
-#: username -> (password, tier)
-USERS = {"alice": ("wonderland", "free"), "bob": ("builder", "premium")}
-#: demo API key -> tier
-API_KEYS = {"demo-free-key": "free", "demo-premium-key": "premium"}
-TOKEN_LIFETIME = 3600
-
-
-def jwt_secret() -> str:
-    return os.environ.get("EXAMPLE_JWT_SECRET", DEFAULT_JWT_SECRET)
-
-
-def issue_token(username: str, tier: str, *, secret: str | None = None) -> str:
-    """A signed HS256 token with the claims the limiter reads: ``sub`` and ``tier``."""
-    now = int(time.time())
-    claims = {"sub": username, "tier": tier, "iat": now, "exp": now + TOKEN_LIFETIME}
-    return jwt.encode(claims, secret or jwt_secret(), algorithm="HS256")
-
-
-def default_backend(clock: Clock | None = None) -> Backend:
-    """Redis when REDIS_URL is set (shared by every worker), else this process's memory."""
-    url = os.environ.get("REDIS_URL")
-    if url:
-        from asgi_ratelimit.backends.redis import RedisBackend
-
-        return RedisBackend.from_url(url)
-    return MemoryBackend(clock=clock)
 
 
 def create_app(*, backend: Backend | None = None, clock: Clock | None = None) -> Starlette:
     """Build the app; tests pass a backend or a fake clock, ``app`` below uses the defaults."""
     secret = jwt_secret()
-    limiter = RateLimiter(
-        backend=backend if backend is not None else default_backend(clock),
-        identify=[
-            JWTSubject(key=secret, algorithms=["HS256"], tier_claim="tier"),
-            APIKey(header="X-API-Key", keys=API_KEYS),
-            ClientIP(),  # behind a proxy: ClientIP(trusted_proxies=["10.0.0.0/8"])
-        ],
-        rules=[
-            Rule("/auth/login", methods=["POST"], limits="5/minute", key="ip", name="login"),
-            Rule(
-                "/api/{path:path}",
-                limits={"free": "60/minute", "premium": "600/minute"},
-                name="api",
-            ),
-        ],
-        default_tier="free",
-    )
+    limiter = demo_limiter(secret, backend, clock)
 
     async def login(request: Request) -> JSONResponse:
         try:

@@ -1,0 +1,76 @@
+"""What both example apps share: demo users and keys, tokens, the backend and the limiter.
+
+The two apps differ only in framework style (FastAPI ``Depends`` vs Starlette's decorator), so
+everything the limiter needs is set up once, here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import jwt
+
+from asgi_ratelimit import APIKey, ClientIP, JWTSubject, MemoryBackend, RateLimiter, Rule
+from asgi_ratelimit.backends.base import Backend
+from asgi_ratelimit.clock import Clock
+
+__all__ = [
+    "API_KEYS",
+    "DEFAULT_JWT_SECRET",
+    "TOKEN_LIFETIME",
+    "USERS",
+    "demo_limiter",
+    "issue_token",
+    "jwt_secret",
+]
+
+#: Used when EXAMPLE_JWT_SECRET is not set. Public, so only for the demo.
+DEFAULT_JWT_SECRET = "asgi-ratelimit-example-secret-change-me"
+#: username -> (password, tier)
+USERS = {"alice": ("wonderland", "free"), "bob": ("builder", "premium")}
+#: demo API key -> tier
+API_KEYS = {"demo-free-key": "free", "demo-premium-key": "premium"}
+TOKEN_LIFETIME = 3600
+
+
+def jwt_secret() -> str:
+    return os.environ.get("EXAMPLE_JWT_SECRET", DEFAULT_JWT_SECRET)
+
+
+def issue_token(username: str, tier: str, *, secret: str | None = None) -> str:
+    """A signed HS256 token with the claims the limiter reads: ``sub`` and ``tier``."""
+    now = int(time.time())
+    claims = {"sub": username, "tier": tier, "iat": now, "exp": now + TOKEN_LIFETIME}
+    return jwt.encode(claims, secret or jwt_secret(), algorithm="HS256")
+
+
+def default_backend(clock: Clock | None = None) -> Backend:
+    """Redis when REDIS_URL is set (shared by every worker), else this process's memory."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        from asgi_ratelimit.backends.redis import RedisBackend
+
+        return RedisBackend.from_url(url)
+    return MemoryBackend(clock=clock)
+
+
+def demo_limiter(secret: str, backend: Backend | None, clock: Clock | None) -> RateLimiter:
+    """The limiter both apps use: JWT, then API key, then client IP; login and API rules."""
+    return RateLimiter(
+        backend=backend if backend is not None else default_backend(clock),
+        identify=[
+            JWTSubject(key=secret, algorithms=["HS256"], tier_claim="tier"),
+            APIKey(header="X-API-Key", keys=API_KEYS),
+            ClientIP(),  # behind a proxy: ClientIP(trusted_proxies=["10.0.0.0/8"])
+        ],
+        rules=[
+            Rule("/auth/login", methods=["POST"], limits="5/minute", key="ip", name="login"),
+            Rule(
+                "/api/{path:path}",
+                limits={"free": "60/minute", "premium": "600/minute"},
+                name="api",
+            ),
+        ],
+        default_tier="free",
+    )
