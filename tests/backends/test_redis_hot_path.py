@@ -1,25 +1,41 @@
-"""The Redis backend's fast path: the shared time-budget watchdog, the direct script call on a
-pooled connection, the one-string wire format and the exact number text of the Lua side."""
+"""The Redis backend's fast path: the shared time-budget watchdog, the script's own pipelined
+connection (the lane), the direct call on a pooled connection, the one-string wire format and
+the exact number text of the Lua side."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import random
 import struct
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
+from redis.credentials import UsernamePasswordCredentialProvider
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 
 from asgi_ratelimit.backends.base import Check
 from asgi_ratelimit.backends.budget import BudgetExceeded, Watchdog
 from asgi_ratelimit.backends.memory import MemoryBackend
 from asgi_ratelimit.backends.redis import RedisBackend, limit_code
 from asgi_ratelimit.backends.redis_direct import DirectScript
-from asgi_ratelimit.backends.redis_script import SCRIPT, SCRIPT_SHA, decode, encode
+from asgi_ratelimit.backends.redis_lane import ScriptLane, _Replies
+from asgi_ratelimit.backends.redis_script import (
+    SCRIPT,
+    SCRIPT_SHA,
+    command,
+    decode,
+    encode,
+    frame,
+    framed_args,
+)
+from asgi_ratelimit.errors import BackendError
 from asgi_ratelimit.rates import Limit
-from tests.backends.conftest import RedisServer
+from tests.backends.conftest import RedisServer, require_redis_binaries
 from tests.conftest import FakeClock
 
 # -- the watchdog (no server needed) -------------------------------------------------------
@@ -94,15 +110,19 @@ async def test_watchdog_rearms_for_a_later_deadline_after_an_earlier_one_fires()
 # -- the direct call ------------------------------------------------------------------------
 
 
-def test_direct_script_packs_exactly_what_redis_py_would_send() -> None:
-    client = aioredis.Redis()
-    direct = DirectScript.for_client(client)
-    assert direct is not None
-    keys = ["rl:{00ff}:5:60:3", "rl:{00ff}:1000:86400:5", "cl\u00e9"]
-    args: list[str | bytes] = ["hit t 1 0", b"3 5 60000000 5 1", b"5 1000 86400000000 1000 0.5"]
-    expected = b"".join(Connection().pack_command("EVALSHA", SCRIPT_SHA, 3, *keys, *args))
-    assert direct.pack(SCRIPT_SHA, keys, args) == expected
-    assert direct.pack(SCRIPT_SHA, keys, args) == expected  # the cached head is the same
+def test_commands_are_framed_exactly_as_redis_py_would_send_them() -> None:
+    keys = ["rl:{00ff}:5:60:3", "cl\u00e9"]
+    limits = [Limit("5/minute", algorithm="token_bucket"), Limit("2/minute")]
+    checks = [Check("k", limits[0], 0.5), Check("k", limits[1], 9)]
+    for now_us in (None, 1_763_000_000_123_456):
+        args = encode("hit", checks, now_us=now_us, want_state=True, ttl_margin_ms=5)
+        framed = framed_args("hit", checks, now_us=now_us, want_state=True, ttl_margin_ms=5)
+        for name, body in (("EVALSHA", SCRIPT_SHA), ("EVAL", SCRIPT)):
+            expected = b"".join(Connection().pack_command(name, body, 2, *keys, *args))
+            sent = command(name, body, [frame(k.encode()) for k in keys], framed)
+            assert sent == expected
+            assert command(name, body, [frame(k.encode()) for k in keys], framed) == expected
+    assert frame(b"\x00\r\n") == b"$3\r\n\x00\r\n\r\n"
 
 
 def test_direct_script_only_for_plain_pooled_clients() -> None:
@@ -119,31 +139,113 @@ def test_direct_script_only_for_plain_pooled_clients() -> None:
 
 
 @pytest.mark.redis
-async def test_direct_path_survives_killed_connections_and_decoded_replies(
-    own_redis: RedisServer, prefix: str, clock: FakeClock
+@pytest.mark.parametrize("path", ["lane", "direct"])
+async def test_fast_paths_survive_killed_connections_and_decoded_replies(
+    own_redis: RedisServer, prefix: str, clock: FakeClock, path: str
 ) -> None:
     limit = Limit("3/minute")
     memory = MemoryBackend(clock=clock)
     client = aioredis.from_url(own_redis.url, decode_responses=True)  # replies as str
     backend = RedisBackend(client, prefix=prefix, clock=clock, timeout=2.0)
-    assert backend._direct is not None
+    assert backend._lane is not None and backend._direct is None
+    if path == "direct":  # what a TLS client uses: the lane only opens plain connections
+        backend._lane, backend._direct = None, DirectScript.for_client(client)
     try:
         for step in range(5):
             if step == 2:
-                # Every pooled connection dies: the pool notices and reconnects, no error.
+                # Every connection dies: the next call reconnects, with no error.
                 own_redis.cli("client", "kill", "type", "normal")
             checks = [Check("k", limit)]
             assert await backend.hit(checks) == [
                 o._replace(state=None) for o in await memory.hit(checks)
             ]
-        own_redis.cli("script", "flush")  # NOSCRIPT on the direct path: EVAL reloads it
+        own_redis.cli("script", "flush")  # NOSCRIPT on the fast path: EVAL reloads it
         checks = [Check("k2", limit)]
         assert await backend.hit(checks) == [
             o._replace(state=None) for o in await memory.hit(checks)
         ]
         assert backend.circuit.state == "closed"
     finally:
+        await backend.aclose()
         await client.aclose()
+
+
+# -- the lane: the script's own pipelined connection ---------------------------------------
+
+
+def test_lane_only_where_it_knows_how_to_connect(tmp_path: Path) -> None:
+    assert ScriptLane.for_client(aioredis.Redis()) is not None
+    assert ScriptLane.for_client(aioredis.from_url(f"unix://{tmp_path}/r.sock")) is not None
+    tls = aioredis.from_url("rediss://localhost:6380/0")
+    assert ScriptLane.for_client(tls) is None
+    assert RedisBackend(tls)._direct is not None  # TLS keeps the pooled direct call
+    provider = aioredis.Redis(credential_provider=UsernamePasswordCredentialProvider("u", "p"))
+    assert ScriptLane.for_client(provider) is None
+    assert ScriptLane.for_client(aioredis.RedisCluster(host="127.0.0.1", port=1)) is None
+
+
+async def test_lane_reads_replies_split_anywhere_and_in_order() -> None:
+    # Replies arrive in pieces of any size; each goes to its caller, in order.
+    replies = _Replies()
+    futures = [replies.loop.create_future() for _ in range(6)]
+    replies.waiting.extend(futures)
+    stream = (
+        b"$5\r\nab\r\nc\r\n"  # binary, CRLF inside
+        b"-NOSCRIPT No matching script.\r\n+OK\r\n:-42\r\n$-1\r\n"
+        b"*2\r\n$1\r\nx\r\n:7\r\n"
+    )
+    for size in (1, 2, 3, 7):
+        for f in futures:
+            assert not f.done()
+        for start in range(0, len(stream), size):
+            replies.data_received(stream[start : start + size])
+        results = [f.result() for f in futures]
+        assert results[0] == b"ab\r\nc"
+        assert isinstance(results[1], NoScriptError)
+        assert results[2:] == [b"OK", -42, None, [b"x", 7]]
+        futures = [replies.loop.create_future() for _ in range(6)]
+        replies.waiting.extend(futures)
+    assert replies.buffer == b""
+    replies.data_received(b"?garbage\r\n")  # not RESP: every waiting caller fails
+    assert all(isinstance(f.exception(), RedisConnectionError) for f in futures)
+
+
+@pytest.mark.redis
+async def test_lane_pipelines_concurrent_requests_exactly(redis_url: str, prefix: str) -> None:
+    # 300 requests at once on one connection: every reply reaches its own caller, so
+    # exactly 100 pass and each remaining count is seen once.
+    async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
+        assert backend._lane is not None
+        limit = Limit("100/minute", algorithm="fixed_window")
+        outcomes = await asyncio.gather(
+            *(backend.hit([Check("crowd", limit), Check(f"own{i}", limit)]) for i in range(300))
+        )
+        allowed = [o for o in outcomes if o[0].allowed]
+        assert len(allowed) == 100
+        assert sorted(o[0].remaining for o in allowed) == list(range(100))
+        assert all(o[1].remaining == 99 for o in allowed)  # each caller got its own reply
+
+
+@pytest.mark.redis
+async def test_lane_authenticates_and_selects_the_database(
+    own_redis: RedisServer, prefix: str
+) -> None:
+    own_redis.cli("acl", "setuser", "limiter", "on", ">s3cret", "~*", "+@all")
+    own_redis.cli("config", "set", "requirepass", "topsecret")
+    url = f"redis://limiter:s3cret@127.0.0.1:{own_redis.port}/3?client_name=rl-test"
+    async with RedisBackend.from_url(url, prefix=prefix) as backend:
+        assert backend._lane is not None
+        for _ in range(2):
+            assert (await backend.hit([Check("k", Limit("5/minute"))]))[0].allowed
+        raw = aioredis.from_url(url)
+        assert await raw.get(backend.storage_key("k", Limit("5/minute"))) is not None
+        clients = await raw.client_list()
+        assert any(c["name"] == "rl-test" and c["db"] == "3" for c in clients)
+        await raw.aclose()
+    wrong = f"redis://limiter:nope@127.0.0.1:{own_redis.port}/3"
+    async with RedisBackend.from_url(wrong, prefix=prefix, failure_threshold=100) as backend:
+        with pytest.raises(BackendError, match="WRONGPASS"):
+            await backend.hit([Check("k", Limit("5/minute"))])
 
 
 # -- the wire format and the Lua number text ----------------------------------------------
@@ -250,3 +352,51 @@ async def test_states_stored_as_text_by_earlier_versions_are_still_read(
         assert (hit.allowed, hit.remaining) == (True, 1)
         stored = await client.get(key)
         assert stored == str(window * 6 + 4).encode()  # rewritten as one integer
+
+
+# -- the script as a Redis 7 function, and the servers that refuse it ----------------------
+
+
+@pytest.mark.redis
+async def test_lane_calls_the_script_as_a_function(redis_url: str, prefix: str) -> None:
+    async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
+        assert backend._use_function
+        raw = aioredis.from_url(redis_url)
+        before = (await raw.info("commandstats")).get("cmdstat_fcall", {}).get("calls", 0)
+        assert (await backend.hit([Check("f", Limit("5/minute"))]))[0].remaining == 4
+        after = (await raw.info("commandstats"))["cmdstat_fcall"]["calls"]
+        assert after == before + 1
+        await raw.aclose()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("refusal", ["renamed", "acl"])
+async def test_servers_without_functions_get_evalsha(
+    tmp_path: Path, prefix: str, clock: FakeClock, refusal: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Redis 6 (no FCALL), a server that renamed FUNCTION away, or a user the ACL forbids it:
+    # the same answers, by EVALSHA, after one log line.
+    require_redis_binaries()
+    renamed = ("--rename-command", "FCALL", "", "--rename-command", "FUNCTION", "")
+    server = RedisServer(tmp_path / "r", None, *(renamed if refusal == "renamed" else ())).start()
+    url = server.url
+    if refusal == "acl":
+        server.cli("acl", "setuser", "app", "on", ">pw", "~*", "+@all", "-function", "-fcall")
+        url = f"redis://app:pw@127.0.0.1:{server.port}/0"
+    memory = MemoryBackend(clock=clock)
+    limit = Limit("3/minute", algorithm="gcra")
+    caplog.set_level(logging.INFO, logger="asgi_ratelimit")
+    try:
+        for initialize in (True, False):  # refused at start-up, or on the first request
+            backend = RedisBackend.from_url(url, prefix=f"{prefix}{initialize}:", clock=clock)
+            if initialize:
+                await backend.initialize()
+            checks = [Check(f"k{initialize}", limit)]
+            for _ in range(4):
+                expected = [o._replace(state=None) for o in await memory.hit(checks)]
+                assert await backend.hit(checks) == expected
+            assert not backend._use_function
+            await backend.aclose()
+        assert caplog.text.count("Redis functions unavailable") == 2
+    finally:
+        server.kill()

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 try:
     import redis.asyncio as aioredis
     from redis.client import NEVER_DECODE
-    from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+    from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"') from exc
 
@@ -35,7 +35,22 @@ from .circuit import CircuitBreaker
 from .deny_cache import DenyCache
 from .redis_cluster import run_across_slots
 from .redis_direct import DirectScript
-from .redis_script import EXACT_LIMIT, SCRIPT, SCRIPT_SHA, Mode, decode, encode, validate_limit
+from .redis_lane import ScriptLane
+from .redis_script import (
+    EXACT_LIMIT,
+    FUNCTION_NAME,
+    LIBRARY,
+    SCRIPT,
+    SCRIPT_SHA,
+    Mode,
+    command,
+    decode,
+    encode,
+    frame,
+    framed_args,
+    pack,
+    validate_limit,
+)
 
 __all__ = ["EXACT_LIMIT", "RedisBackend", "limit_code"]
 
@@ -118,7 +133,18 @@ class RedisBackend:
         self._last_clock_us = 0
         self._prefixes: dict[str, str] = {}
         self._watchdog = Watchdog()
-        self._direct = DirectScript.for_client(client)
+        # The script's own pipelined connection where we know how to open one (plain TCP or a
+        # unix socket), else a pooled connection of the client's, else the client's own call.
+        self._lane = ScriptLane.for_client(client)
+        self._direct = None if self._lane is not None else DirectScript.for_client(client)
+        self._framed: dict[str, bytes] = {}
+        # On Redis 7+ the lane calls the script as a function (FCALL): cheaper for the server.
+        self._use_function = self._lane is not None
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        self._key_encoding = (
+            kwargs.get("encoding", "utf-8"),
+            kwargs.get("encoding_errors", "strict"),
+        )
         #: id -> key code of the limits this backend has validated (an id names a limit's
         #: parameters)
         self._codes: dict[str, str] = {}
@@ -267,6 +293,8 @@ class RedisBackend:
     async def aclose(self) -> None:
         if self.deny_cache is not None:
             self.deny_cache.clear()
+        if self._lane is not None:
+            await self._lane.aclose()
         if self._owns_client:
             await self._client.aclose()
 
@@ -286,6 +314,11 @@ class RedisBackend:
             await cluster.script_load(SCRIPT)  # sent to every primary
         else:
             await self._client.script_load(SCRIPT)
+            if self._lane is not None and self._use_function:
+                try:
+                    await self._client.function_load(LIBRARY, replace=True)
+                except ResponseError as exc:
+                    self._functions_refused(exc)
 
     async def __aenter__(self) -> RedisBackend:
         try:
@@ -426,21 +459,72 @@ class RedisBackend:
         now_us: int | None,
         want_state: bool = False,
     ) -> Any:
-        args = encode(
+        if self._lane is not None or self._direct is not None:
+            fast = self._lane or self._direct
+            assert fast is not None
+            keys = self._framed_keys(storage_keys)
+            args = framed_args(
+                mode,
+                checks,
+                now_us=now_us,
+                want_state=want_state,
+                ttl_margin_ms=self._ttl_margin_ms,
+            )
+            if self._lane is not None and self._use_function:
+                call = command("FCALL", FUNCTION_NAME, keys, args)
+                try:
+                    return await self._lane.call(call)
+                except ResponseError as exc:
+                    if not _no_function(exc):
+                        raise
+                    await self._load_function()  # after a restart or FUNCTION FLUSH
+                if self._use_function:
+                    return await self._lane.call(call)
+            try:
+                return await fast.call(command("EVALSHA", SCRIPT_SHA, keys, args))
+            except NoScriptError:
+                # After a restart or SCRIPT FLUSH: EVAL runs the script and caches it again.
+                return await fast.call(command("EVAL", SCRIPT, keys, args))
+        plain = encode(
             mode, checks, now_us=now_us, want_state=want_state, ttl_margin_ms=self._ttl_margin_ms
         )
         # The reply is binary: read undecoded even from a decode_responses=True client.
         try:
-            if self._direct is not None:
-                return await self._direct.evalsha(SCRIPT_SHA, storage_keys, args)
             return await self._client.execute_command(
-                "EVALSHA", SCRIPT_SHA, len(storage_keys), *storage_keys, *args, **_RAW
+                "EVALSHA", SCRIPT_SHA, len(storage_keys), *storage_keys, *plain, **_RAW
             )
         except NoScriptError:
-            # After a restart or SCRIPT FLUSH: EVAL runs the script and caches it again.
             return await self._client.execute_command(
-                "EVAL", SCRIPT, len(storage_keys), *storage_keys, *args, **_RAW
+                "EVAL", SCRIPT, len(storage_keys), *storage_keys, *plain, **_RAW
             )
+
+    async def _load_function(self) -> None:
+        """Load the script as a function; where that is refused, use EVALSHA from now on."""
+        assert self._lane is not None
+        try:
+            await self._lane.call(pack(("FUNCTION", "LOAD", "REPLACE", LIBRARY)))
+        except ResponseError as exc:
+            self._functions_refused(exc)
+
+    def _functions_refused(self, exc: ResponseError) -> None:
+        # Redis before 7, a renamed FUNCTION command, or an ACL that forbids it.
+        self._use_function = False
+        logger.info(
+            "%r: Redis functions unavailable (%s); calling the script by EVALSHA", self, exc
+        )
+
+    def _framed_keys(self, storage_keys: Sequence[str]) -> list[bytes]:
+        """Storage keys framed for `command`, remembered like the key prefixes."""
+        known = self._framed
+        framed = []
+        for key in storage_keys:
+            data = known.get(key)
+            if data is None:
+                if len(known) >= 4 * _KEY_CACHE_SIZE:
+                    known.clear()
+                data = known[key] = frame(key.encode(*self._key_encoding))
+            framed.append(data)
+        return framed
 
 
 def limit_code(limit: Limit) -> str:
@@ -473,6 +557,12 @@ def _pool_size(client: aioredis.Redis | aioredis.RedisCluster) -> int:
     else:
         size = getattr(client.connection_pool, "max_connections", None)
     return size if isinstance(size, int) and size > 0 else 100
+
+
+def _no_function(exc: ResponseError) -> bool:
+    """Whether an FCALL failed for want of the function (not for what the script did)."""
+    message = str(exc).lower()
+    return "function not found" in message or "unknown command" in message or "noperm" in message
 
 
 def _glob_escape(text: str) -> str:

@@ -205,6 +205,19 @@ local function wait_until_fits(cost, amount, current, previous, elapsed, period)
   return period - elapsed + at
 end
 
+-- The reset time of an allowed request, once the current window holds count >= 1: the
+-- quota is full again at the first e of the next window where count, carried over, weighs
+-- 0. wait_until_fits(amount, ...) gives the same answer through the general search; this
+-- inline path (the closed-form guess, checked at e and e - 1) runs on every allowed request.
+local function full_again(count, elapsed, period)
+  local guess = guess_at(0, count, period)
+  if 0 < guess and guess <= period and estimate(0, count, guess, period) <= 0
+      and estimate(0, count, guess - 1, period) > 0 then
+    return period - elapsed + guess
+  end
+  return nil
+end
+
 local function sliding_window_counter(state, now, amount, period, burst, cost)
   local window = floordiv(now, period)
   local elapsed = now - window * period
@@ -219,7 +232,8 @@ local function sliding_window_counter(state, now, amount, period, burst, cost)
   local est = estimate(current, previous, elapsed, period)
   if cost <= amount - est then
     current = current + cost
-    local reset = wait_until_fits(amount, amount, current, previous, elapsed, period)
+    local reset = current >= 1 and full_again(current, elapsed, period)
+    if not reset then reset = wait_until_fits(amount, amount, current, previous, elapsed, period) end
     local ttl = period - elapsed
     if current ~= 0 then ttl = 2 * period - elapsed end
     return {true, amount - est - cost, reset, 0, 0, {window, current, previous}, ttl}
