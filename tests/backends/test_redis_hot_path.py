@@ -269,6 +269,15 @@ def test_reply_decoding_of_fractions_infinity_and_states() -> None:
     assert [type(o.remaining) for o in outcomes] == [float, int]  # ints where whole
     assert parsed == [(600_000_000_000_000, 1_763_000_000_000_000), (29_383_333, 1, 0)]
     assert decode(struct.pack("<14d", *numbers), checks)[2] == [None, None]
+    # Every number whole: the script sends integers (flag 2), read as they are.
+    whole = struct.pack("<2d", 1_763_000_000_123_456, 2 + 1)
+    whole += struct.pack("<12q", 1, 4, 12_000_000, 0, 0, 12_000_000, 1, 1, 3, 0, 7, 9)
+    _, outcomes, parsed = decode(whole, checks)
+    assert [tuple(o) for o in outcomes] == [
+        (True, 5, 4, 12_000_000, 0, 0, None, 12_000_000),
+        (True, 2, 1, 3, 0, 7, None, 9),
+    ]
+    assert all(type(x) is int for o in outcomes for x in o[2:6]) and parsed == [None, None]
     with pytest.raises(TypeError, match="undecoded"):
         decode(reply.decode("latin-1"), checks)  # type: ignore[arg-type]
     args = encode("peek", checks, now_us=None, want_state=True, ttl_margin_ms=60_000)

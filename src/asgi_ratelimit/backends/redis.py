@@ -379,6 +379,7 @@ class RedisBackend:
         now_us, outcomes, states = await self._guarded(
             self._run(mode, checks, storage_keys),
             self._breakers_for(storage_keys) if self._cluster else (),
+            pooled=self._lane is None,
         )
         if cache is not None:
             if self._clock is not None:
@@ -392,15 +393,25 @@ class RedisBackend:
         return outcomes
 
     async def _guarded(
-        self, call: Coroutine[Any, Any, _T], breakers: Sequence[CircuitBreaker] = ()
+        self,
+        call: Coroutine[Any, Any, _T],
+        breakers: Sequence[CircuitBreaker] = (),
+        pooled: bool = True,
     ) -> _T:
-        """Run one storage call within the budget, through the circuit breaker(s)."""
+        """Run one storage call within the budget, through the circuit breaker(s).
+
+        A ``pooled`` call borrows a connection of the client's pool, so it first waits for
+        one of ``max_in_flight`` slots; a call on the lane (one pipelined connection) never
+        waits for a connection.
+        """
         if not breakers:
             breakers = (self._breaker,)
         for breaker in breakers:
             if not breaker.allow():
                 call.close()
                 raise BackendError(f"{self!r}: circuit open after repeated failures; not calling")
+        if pooled:
+            call = self._limited(call)
         if self._warm:
             budget = self.timeout
         else:
@@ -408,9 +419,9 @@ class RedisBackend:
             self._warm = True
         try:
             if sys.version_info >= (3, 11):
-                result = await self._watchdog.run(self._limited(call), budget)
+                result = await self._watchdog.run(call, budget)
             else:  # pragma: no cover - Python 3.10 (no Task.uncancel)
-                result = await asyncio.wait_for(self._limited(call), budget)
+                result = await asyncio.wait_for(call, budget)
         except (BudgetExceeded, asyncio.TimeoutError) as exc:
             for breaker in breakers:
                 breaker.failure()

@@ -125,8 +125,13 @@ def check_arg(limit: Limit, cost: float) -> bytes:
 #: limit id -> cost -> the check's ARGV (limits are few and fixed: the rules' and the code's).
 _CHECK_ARGS: dict[str, dict[float, bytes]] = {}
 _CHECK = struct.Struct("<5d")
-#: number of checks -> the layout of the reply's numbers (head and six per check)
-_REPLY_LAYOUTS: dict[int, struct.Struct] = {}
+_HEAD = struct.Struct("<2d")
+
+
+@functools.lru_cache(maxsize=64)
+def _reply_layout(checks: int, whole: bool) -> struct.Struct:
+    """Six numbers per check: eight-byte integers when all are whole, else doubles."""
+    return struct.Struct(f"<{6 * checks}{'q' if whole else 'd'}")
 _LENGTH = struct.Struct("<d")
 
 
@@ -213,24 +218,22 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
     """
     if not isinstance(reply, bytes):
         raise TypeError(f"the script's reply must be read undecoded (bytes), got {reply!r:.80}")
-    count = len(checks)
-    layout = _REPLY_LAYOUTS.get(count)
-    if layout is None:
-        layout = struct.Struct(f"<{2 + 6 * count}d")
-        if count <= 64:
-            _REPLY_LAYOUTS[count] = layout
-    numbers = layout.unpack_from(reply)
+    now, flags = _HEAD.unpack_from(reply)
+    whole = flags >= 2  # the script sent integers: every number is whole
+    layout = _reply_layout(len(checks), whole)
+    numbers = layout.unpack_from(reply, _HEAD.size)
     outcomes: list[Outcome] = []
     build = tuple.__new__  # Outcome(...) without its keyword handling: once per check
-    at = 2
+    at = 0
     for check in checks:
         allowed, remaining, reset, retry, delay, ttl = numbers[at : at + 6]
         at += 6
         # allowed, limit, remaining, reset_us, retry_us, delay_us, state, ttl_us: the state
-        # lives in Redis. Whole numbers become ints, as the Python algorithms give them.
-        outcome = build(
-            Outcome,
-            (
+        # lives in Redis. Whole numbers are ints, as the Python algorithms give them.
+        if whole:
+            values = (allowed == 1, check.limit.burst, remaining, reset, retry, delay, None, ttl)
+        else:
+            values = (
                 allowed == 1,
                 check.limit.burst,
                 int(remaining) if remaining.is_integer() else remaining,
@@ -239,11 +242,9 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
                 int(delay),
                 None,
                 int(ttl),
-            ),
-        )
-        outcomes.append(outcome)
-    now = numbers[0]
-    offset = layout.size
+            )
+        outcomes.append(build(Outcome, values))
+    offset = _HEAD.size + layout.size
     states: list[State | None] = [None] * len(checks)
     if len(reply) > offset:  # each stored state, after its length
         for index, check in enumerate(checks):

@@ -16,9 +16,11 @@
 -- ARGV[1+i] - check i: five little-endian doubles (struct "<ddddd"): algorithm code
 --             (1 fixed_window, 2 sliding_window_log, 3 sliding_window_counter, 4 token_bucket,
 --             5 gcra, 6 leaky_bucket), amount, period_us, burst, cost
--- returns   - one binary string: doubles (struct "<d..."): now_us, all_allowed (1/0), then six
---             per check: allowed (1/0), remaining, reset_us, retry_us (inf if it can never
---             pass), delay_us, ttl_us; then, when asked for and denied, each check's stored
+-- returns   - one binary string: two doubles (struct "<dd"): now_us and flags (1: all
+--             allowed; 2: the numbers that follow are integers), then six numbers per
+--             check, eight-byte integers ("<l", when every one is whole) or doubles:
+--             allowed (1/0), remaining, reset_us, retry_us (inf if it can never pass),
+--             delay_us, ttl_us; then, when asked for and denied, each check's stored
 --             state as stored (binary or text), each preceded by its length as a double.
 --             Binary numbers because writing a number as text is the costliest thing a script
 --             does inside Redis (tostring about 0.3 us, string.format 1.2 us; struct.pack
@@ -558,10 +560,22 @@ if mode == 'hit' and all_allowed then
   end
 end
 
-local reply = {pack('<dd', now, all_allowed and 1 or 0)}
+-- Every number whole (the usual case): eight-byte integers, which the client takes as they
+-- are; else doubles, exact for fractions and infinity. Bit 2 of the head's flags says which.
+local whole = 2
 for i = 1, #checks do
   local o = outcomes[i]
-  reply[i + 1] = pack('<dddddd', o[1] and 1 or 0, o[2], o[3], o[4], o[5], o[7])
+  if o[2] ~= floor(o[2]) or o[4] ~= floor(o[4]) or o[4] == huge or o[3] ~= floor(o[3])
+      or o[5] ~= floor(o[5]) or o[7] ~= floor(o[7]) then
+    whole = 0
+    break
+  end
+end
+local layout = whole == 2 and '<llllll' or '<dddddd'
+local reply = {pack('<dd', now, (all_allowed and 1 or 0) + whole)}
+for i = 1, #checks do
+  local o = outcomes[i]
+  reply[i + 1] = pack(layout, o[1] and 1 or 0, o[2], o[3], o[4], o[5], o[7])
 end
 if want_state and not all_allowed then
   for _, c in ipairs(checks) do
