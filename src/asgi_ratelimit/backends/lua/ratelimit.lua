@@ -401,7 +401,10 @@ end
 -- integer string inside its object header (MEMORY USAGE 88 bytes a key, against 136 for 17
 -- binary bytes). Otherwise (fractional costs, amounts too large for exact arithmetic) a NUL
 -- (text never starts with one) and little-endian doubles: exact, and ten times cheaper for
--- Lua to write and read than general text.
+-- Lua to write and read than general text. An integer below 2^53 is returned as a number:
+-- redis.call writes it with one C snprintf("%.17g"), which gives its exact digits, cheaper
+-- than any text Lua could build (about 11,000 instructions a key less, measured with
+-- callgrind, for values past 1e14 that tostring cannot write in one piece).
 local function pack_state(code, state, amount, period, burst)
   if code == 1 or code == 3 then
     local m = amount + 1
@@ -410,7 +413,7 @@ local function pack_state(code, state, amount, period, burst)
         and previous >= 0 and previous < m and previous == floor(previous) then
       local v = window * m + count
       if code == 3 then v = v * m + previous end
-      if v < EXACT then return fmt(v) end
+      if v < EXACT then return v end
     end
   elseif code >= 4 then
     local backlog, at = state[1], state[2]
@@ -430,7 +433,7 @@ local function pack_state(code, state, amount, period, burst)
         carry, lo = carry + 1, lo - B
       end
       hi = hi * amount + carry
-      if hi == 0 then return tostring(lo) end
+      if hi == 0 then return lo end
       -- One format call writes both halves (cheaper here than two tostring calls).
       if hi > 0 and hi < 1e14 then return format('%.0f%08.0f', hi, lo) end
     end
