@@ -132,6 +132,8 @@ _HEAD = struct.Struct("<2d")
 def _reply_layout(checks: int, whole: bool) -> struct.Struct:
     """Six numbers per check: eight-byte integers when all are whole, else doubles."""
     return struct.Struct(f"<{6 * checks}{'q' if whole else 'd'}")
+
+
 _LENGTH = struct.Struct("<d")
 
 
