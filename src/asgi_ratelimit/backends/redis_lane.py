@@ -4,17 +4,19 @@ redis-py spends more Python on one call than Redis spends running our script: a 
 ``client.execute_command`` took 183 us here against 54 us for the same bytes written on an
 ``asyncio.Protocol`` and answered from ``data_received`` (medians, loopback, pure-Python
 parser; see docs/performance-notes.md). A rate limiter pays that on every request, so the
-backend sends its ``EVALSHA`` calls on one connection it opens itself, with the address,
-credentials and database of the client you gave it:
+backend sends its script calls (``FCALL``, ``EVALSHA``) on one connection it opens itself,
+with the address, credentials, database and client name of the client you gave it:
 
     lane = ScriptLane.for_client(client)   # None: TLS, a cluster, a credential provider
-    reply = await lane.call(command("EVALSHA", SCRIPT_SHA, keys, args))  # see redis_script
+    reply = await lane.call(command("FCALL", FUNCTION_NAME, keys, args))  # see redis_script
     await lane.aclose()
 
 Every call is written at once and its reply matched in order (Redis answers one connection in
 order), so concurrent requests share the connection without waiting for each other. Errors
 are redis-py's exception types, which the backend turns into `BackendError`. Everything other
-than the script call (loading it, ``reset``, a cluster) still goes through redis-py.
+than the script call (``reset``, a cluster, TLS) still goes through redis-py, and so do the
+client's own settings that this connection does not take: ``socket_timeout``, ``retry``,
+health checks (the backend's time budget and circuit breaker stand in for them).
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ class _Replies(asyncio.Protocol):
 
 
 class ScriptLane:
-    """``EVALSHA`` on a pipelined connection to the Redis of a plain ``redis.asyncio.Redis``."""
+    """Script calls on a pipelined connection to the Redis of a plain ``redis.asyncio.Redis``."""
 
     def __init__(
         self,
