@@ -379,7 +379,7 @@ async def test_lane_calls_the_script_as_a_function(redis_url: str, prefix: str) 
 
 
 @pytest.mark.redis
-@pytest.mark.parametrize("refusal", ["renamed", "acl"])
+@pytest.mark.parametrize("refusal", ["renamed", "acl", "acl-fcall"])
 async def test_servers_without_functions_get_evalsha(
     tmp_path: Path, prefix: str, clock: FakeClock, refusal: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -389,8 +389,9 @@ async def test_servers_without_functions_get_evalsha(
     renamed = ("--rename-command", "FCALL", "", "--rename-command", "FUNCTION", "")
     server = RedisServer(tmp_path / "r", None, *(renamed if refusal == "renamed" else ())).start()
     url = server.url
-    if refusal == "acl":
-        server.cli("acl", "setuser", "app", "on", ">pw", "~*", "+@all", "-function", "-fcall")
+    if refusal.startswith("acl"):  # no FUNCTION LOAD nor FCALL, or FUNCTION LOAD but no FCALL
+        forbidden = ("-fcall",) if refusal == "acl-fcall" else ("-function", "-fcall")
+        server.cli("acl", "setuser", "app", "on", ">pw", "~*", "+@all", *forbidden)
         url = f"redis://app:pw@127.0.0.1:{server.port}/0"
     memory = MemoryBackend(clock=clock)
     limit = Limit("3/minute", algorithm="gcra")

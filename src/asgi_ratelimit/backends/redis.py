@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Coroutine, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 try:
     import redis.asyncio as aioredis
@@ -483,14 +483,19 @@ class RedisBackend:
             )
             if self._lane is not None and self._use_function:
                 call = command("FCALL", FUNCTION_NAME, keys, args)
-                try:
-                    return await self._lane.call(call)
-                except ResponseError as exc:
-                    if not _no_function(exc):
-                        raise
+                for attempt in (1, 2):
+                    try:
+                        return await self._lane.call(call)
+                    except ResponseError as exc:
+                        problem = _function_problem(exc)
+                        if problem is None:
+                            raise  # an error of the script itself
+                        if problem == "refused" or attempt == 2:
+                            self._functions_refused(exc)
+                            break
                     await self._load_function()  # after a restart or FUNCTION FLUSH
-                if self._use_function:
-                    return await self._lane.call(call)
+                    if not self._use_function:
+                        break
             try:
                 return await fast.call(command("EVALSHA", SCRIPT_SHA, keys, args))
             except NoScriptError:
@@ -570,10 +575,14 @@ def _pool_size(client: aioredis.Redis | aioredis.RedisCluster) -> int:
     return size if isinstance(size, int) and size > 0 else 100
 
 
-def _no_function(exc: ResponseError) -> bool:
-    """Whether an FCALL failed for want of the function (not for what the script did)."""
+def _function_problem(exc: ResponseError) -> Literal["missing", "refused"] | None:
+    """Why an FCALL failed: the function is not loaded, FCALL is refused, or neither."""
     message = str(exc).lower()
-    return "function not found" in message or "unknown command" in message or "noperm" in message
+    if "function not found" in message:
+        return "missing"
+    if "unknown command" in message or "noperm" in message:
+        return "refused"  # Redis before 7, a renamed command, an ACL without +fcall
+    return None
 
 
 def _glob_escape(text: str) -> str:
