@@ -135,7 +135,7 @@ def test_direct_script_only_for_plain_pooled_clients() -> None:
     assert DirectScript.for_client(Custom()) is None
     cluster = aioredis.RedisCluster(host="127.0.0.1", port=1)
     assert DirectScript.for_client(cluster) is None
-    assert RedisBackend(cluster)._direct is None
+    assert RedisBackend(cluster)._script.direct is None
 
 
 @pytest.mark.redis
@@ -147,9 +147,10 @@ async def test_fast_paths_survive_killed_connections_and_decoded_replies(
     memory = MemoryBackend(clock=clock)
     client = aioredis.from_url(own_redis.url, decode_responses=True)  # replies as str
     backend = RedisBackend(client, prefix=prefix, clock=clock, timeout=2.0)
-    assert backend._lane is not None and backend._direct is None
+    caller = backend._script
+    assert caller.lane is not None and caller.direct is None
     if path == "direct":  # what a TLS client uses: the lane only opens plain connections
-        backend._lane, backend._direct = None, DirectScript.for_client(client)
+        caller.lane, caller.direct = None, DirectScript.for_client(client)
     try:
         for step in range(5):
             if step == 2:
@@ -178,7 +179,7 @@ def test_lane_only_where_it_knows_how_to_connect(tmp_path: Path) -> None:
     assert ScriptLane.for_client(aioredis.from_url(f"unix://{tmp_path}/r.sock")) is not None
     tls = aioredis.from_url("rediss://localhost:6380/0")
     assert ScriptLane.for_client(tls) is None
-    assert RedisBackend(tls)._direct is not None  # TLS keeps the pooled direct call
+    assert RedisBackend(tls)._script.direct is not None  # TLS keeps the pooled direct call
     provider = aioredis.Redis(credential_provider=UsernamePasswordCredentialProvider("u", "p"))
     assert ScriptLane.for_client(provider) is None
     assert ScriptLane.for_client(aioredis.RedisCluster(host="127.0.0.1", port=1)) is None
@@ -215,7 +216,7 @@ async def test_lane_pipelines_concurrent_requests_exactly(redis_url: str, prefix
     # 300 requests at once on one connection: every reply reaches its own caller, so
     # exactly 100 pass and each remaining count is seen once.
     async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
-        assert backend._lane is not None
+        assert backend._script.lane is not None
         limit = Limit("100/minute", algorithm="fixed_window")
         outcomes = await asyncio.gather(
             *(backend.hit([Check("crowd", limit), Check(f"own{i}", limit)]) for i in range(300))
@@ -234,7 +235,7 @@ async def test_lane_authenticates_and_selects_the_database(
     own_redis.cli("config", "set", "requirepass", "topsecret")
     url = f"redis://limiter:s3cret@127.0.0.1:{own_redis.port}/3?client_name=rl-test"
     async with RedisBackend.from_url(url, prefix=prefix) as backend:
-        assert backend._lane is not None
+        assert backend._script.lane is not None
         for _ in range(2):
             assert (await backend.hit([Check("k", Limit("5/minute"))]))[0].allowed
         raw = aioredis.from_url(url)
@@ -369,7 +370,7 @@ async def test_states_stored_as_text_by_earlier_versions_are_still_read(
 @pytest.mark.redis
 async def test_lane_calls_the_script_as_a_function(redis_url: str, prefix: str) -> None:
     async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
-        assert backend._use_function
+        assert backend._script.uses_function
         raw = aioredis.from_url(redis_url)
         before = (await raw.info("commandstats")).get("cmdstat_fcall", {}).get("calls", 0)
         assert (await backend.hit([Check("f", Limit("5/minute"))]))[0].remaining == 4
@@ -405,7 +406,7 @@ async def test_servers_without_functions_get_evalsha(
             for _ in range(4):
                 expected = [o._replace(state=None) for o in await memory.hit(checks)]
                 assert await backend.hit(checks) == expected
-            assert not backend._use_function
+            assert not backend._script.uses_function
             await backend.aclose()
         assert caplog.text.count("Redis functions unavailable") == 2
     finally:

@@ -16,12 +16,11 @@ import sys
 import time
 from collections.abc import Coroutine, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 try:
     import redis.asyncio as aioredis
-    from redis.client import NEVER_DECODE
-    from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
+    from redis.exceptions import RedisClusterException, RedisError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"') from exc
 
@@ -33,22 +32,12 @@ from .base import Check
 from .budget import BudgetExceeded, Watchdog
 from .circuit import CircuitBreaker
 from .deny_cache import DenyCache
+from .redis_calls import ScriptCaller
 from .redis_cluster import run_across_slots
-from .redis_direct import DirectScript
-from .redis_lane import ScriptLane
 from .redis_script import (
     EXACT_LIMIT,
-    FUNCTION_NAME,
-    LIBRARY,
-    SCRIPT,
-    SCRIPT_SHA,
     Mode,
-    command,
     decode,
-    encode,
-    frame,
-    framed_args,
-    pack,
     validate_limit,
 )
 
@@ -60,8 +49,6 @@ _T = TypeVar("_T")
 #: Seconds allowed for the first call, which opens connections (and maps a cluster's slots).
 _FIRST_CALL_BUDGET = 2.0
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-#: execute_command's option to skip decoding the reply (the script's reply is binary).
-_RAW: dict[str, Any] = {NEVER_DECODE: []}
 #: Identity keys whose hashed key prefix is remembered (about 200 bytes each).
 _KEY_CACHE_SIZE = 10_000
 #: With an injected clock Redis still expires keys on its own clock; this margin keeps state
@@ -133,18 +120,8 @@ class RedisBackend:
         self._last_clock_us = 0
         self._prefixes: dict[str, str] = {}
         self._watchdog = Watchdog()
-        # The script's own pipelined connection where we know how to open one (plain TCP or a
-        # unix socket), else a pooled connection of the client's, else the client's own call.
-        self._lane = ScriptLane.for_client(client)
-        self._direct = None if self._lane is not None else DirectScript.for_client(client)
-        self._framed: dict[str, bytes] = {}
-        # On Redis 7+ the lane calls the script as a function (FCALL): cheaper for the server.
-        self._use_function = self._lane is not None
-        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
-        self._key_encoding = (
-            kwargs.get("encoding", "utf-8"),
-            kwargs.get("encoding_errors", "strict"),
-        )
+        # How the script's calls reach Redis (its own pipelined connection where it can).
+        self._script = ScriptCaller(client, ttl_margin_ms=self._ttl_margin_ms)
         #: id -> key code of the limits this backend has validated (an id names a limit's
         #: parameters)
         self._codes: dict[str, str] = {}
@@ -293,8 +270,7 @@ class RedisBackend:
     async def aclose(self) -> None:
         if self.deny_cache is not None:
             self.deny_cache.clear()
-        if self._lane is not None:
-            await self._lane.aclose()
+        await self._script.aclose()
         if self._owns_client:
             await self._client.aclose()
 
@@ -304,21 +280,7 @@ class RedisBackend:
         Raises `BackendError` when Redis is unreachable; ``async with backend`` logs that and
         carries on, so an app starts (with its failure policy) while Redis is down.
         """
-        await self._guarded(self._load_script())
-
-    async def _load_script(self) -> None:
-        if self._cluster:
-            cluster = self._client
-            assert isinstance(cluster, aioredis.RedisCluster)
-            await cluster.initialize()
-            await cluster.script_load(SCRIPT)  # sent to every primary
-        else:
-            await self._client.script_load(SCRIPT)
-            if self._lane is not None and self._use_function:
-                try:
-                    await self._client.function_load(LIBRARY, replace=True)
-                except ResponseError as exc:
-                    self._functions_refused(exc)
+        await self._guarded(self._script.load())
 
     async def __aenter__(self) -> RedisBackend:
         try:
@@ -379,7 +341,7 @@ class RedisBackend:
         now_us, outcomes, states = await self._guarded(
             self._run(mode, checks, storage_keys),
             self._breakers_for(storage_keys) if self._cluster else (),
-            pooled=self._lane is None,
+            pooled=self._script.pooled,
         )
         if cache is not None:
             if self._clock is not None:
@@ -459,7 +421,7 @@ class RedisBackend:
                 return await run_across_slots(
                     self._eval, cluster.keyslot, mode, checks, storage_keys, now_us
                 )
-        reply = await self._eval(mode, checks, storage_keys, now_us, want_state)
+        reply = await self._script.call(mode, checks, storage_keys, now_us, want_state)
         return decode(reply, checks)
 
     async def _eval(
@@ -470,77 +432,7 @@ class RedisBackend:
         now_us: int | None,
         want_state: bool = False,
     ) -> Any:
-        if self._lane is not None or self._direct is not None:
-            fast = self._lane or self._direct
-            assert fast is not None
-            keys = self._framed_keys(storage_keys)
-            args = framed_args(
-                mode,
-                checks,
-                now_us=now_us,
-                want_state=want_state,
-                ttl_margin_ms=self._ttl_margin_ms,
-            )
-            if self._lane is not None and self._use_function:
-                call = command("FCALL", FUNCTION_NAME, keys, args)
-                for attempt in (1, 2):
-                    try:
-                        return await self._lane.call(call)
-                    except ResponseError as exc:
-                        problem = _function_problem(exc)
-                        if problem is None:
-                            raise  # an error of the script itself
-                        if problem == "refused" or attempt == 2:
-                            self._functions_refused(exc)
-                            break
-                    await self._load_function()  # after a restart or FUNCTION FLUSH
-                    if not self._use_function:
-                        break
-            try:
-                return await fast.call(command("EVALSHA", SCRIPT_SHA, keys, args))
-            except NoScriptError:
-                # After a restart or SCRIPT FLUSH: EVAL runs the script and caches it again.
-                return await fast.call(command("EVAL", SCRIPT, keys, args))
-        plain = encode(
-            mode, checks, now_us=now_us, want_state=want_state, ttl_margin_ms=self._ttl_margin_ms
-        )
-        # The reply is binary: read undecoded even from a decode_responses=True client.
-        try:
-            return await self._client.execute_command(
-                "EVALSHA", SCRIPT_SHA, len(storage_keys), *storage_keys, *plain, **_RAW
-            )
-        except NoScriptError:
-            return await self._client.execute_command(
-                "EVAL", SCRIPT, len(storage_keys), *storage_keys, *plain, **_RAW
-            )
-
-    async def _load_function(self) -> None:
-        """Load the script as a function; where that is refused, use EVALSHA from now on."""
-        assert self._lane is not None
-        try:
-            await self._lane.call(pack(("FUNCTION", "LOAD", "REPLACE", LIBRARY)))
-        except ResponseError as exc:
-            self._functions_refused(exc)
-
-    def _functions_refused(self, exc: ResponseError) -> None:
-        # Redis before 7, a renamed FUNCTION command, or an ACL that forbids it.
-        self._use_function = False
-        logger.info(
-            "%r: Redis functions unavailable (%s); calling the script by EVALSHA", self, exc
-        )
-
-    def _framed_keys(self, storage_keys: Sequence[str]) -> list[bytes]:
-        """Storage keys framed for `command`, remembered like the key prefixes."""
-        known = self._framed
-        framed = []
-        for key in storage_keys:
-            data = known.get(key)
-            if data is None:
-                if len(known) >= 4 * _KEY_CACHE_SIZE:
-                    known.clear()
-                data = known[key] = frame(key.encode(*self._key_encoding))
-            framed.append(data)
-        return framed
+        return await self._script.call(mode, checks, storage_keys, now_us, want_state)
 
 
 def limit_code(limit: Limit) -> str:
@@ -573,16 +465,6 @@ def _pool_size(client: aioredis.Redis | aioredis.RedisCluster) -> int:
     else:
         size = getattr(client.connection_pool, "max_connections", None)
     return size if isinstance(size, int) and size > 0 else 100
-
-
-def _function_problem(exc: ResponseError) -> Literal["missing", "refused"] | None:
-    """Why an FCALL failed: the function is not loaded, FCALL is refused, or neither."""
-    message = str(exc).lower()
-    if "function not found" in message:
-        return "missing"
-    if "unknown command" in message or "noperm" in message:
-        return "refused"  # Redis before 7, a renamed command, an ACL without +fcall
-    return None
 
 
 def _glob_escape(text: str) -> str:
