@@ -335,15 +335,15 @@ async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix
 
 
 def test_key_prefix_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from asgi_ratelimit.backends import redis as redis_module
+    from asgi_ratelimit.backends import redis_keys
 
-    monkeypatch.setattr(redis_module, "_KEY_CACHE_SIZE", 8)
+    monkeypatch.setattr(redis_keys, "KEY_CACHE_SIZE", 8)
     backend = RedisBackend(aioredis.Redis(), prefix="p:")
     limit = Limit("5/minute")
     for i in range(50):
         key = backend.storage_key(f"user:{i}", limit)
         assert key == f"p:{{{backend.tag(f'user:{i}')}}}:{limit_code(limit)}"
-        assert len(backend._prefixes) <= 8
+        assert len(backend._keys._prefixes) <= 8
 
 
 @pytest.mark.redis

@@ -9,8 +9,6 @@ failure policy. A local deny cache answers floods from one identity without call
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import logging
 import sys
 import time
@@ -34,6 +32,7 @@ from .circuit import CircuitBreaker
 from .deny_cache import DenyCache
 from .redis_calls import ScriptCaller
 from .redis_cluster import run_across_slots
+from .redis_keys import KeyNames, limit_code
 from .redis_script import (
     EXACT_LIMIT,
     Mode,
@@ -49,8 +48,6 @@ _T = TypeVar("_T")
 #: Seconds allowed for the first call, which opens connections (and maps a cluster's slots).
 _FIRST_CALL_BUDGET = 2.0
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-#: Identity keys whose hashed key prefix is remembered (about 200 bytes each).
-_KEY_CACHE_SIZE = 10_000
 #: With an injected clock Redis still expires keys on its own clock; this margin keeps state
 #: alive while a fake clock crawls (kept state past its TTL decides exactly like no state).
 _INJECTED_CLOCK_TTL_MARGIN = 60.0
@@ -118,13 +115,10 @@ class RedisBackend:
         # when Redis is down from the start, later calls must not wait that long.
         self._warm = False
         self._last_clock_us = 0
-        self._prefixes: dict[str, str] = {}
+        self._keys = KeyNames(prefix)
         self._watchdog = Watchdog()
         # How the script's calls reach Redis (its own pipelined connection where it can).
         self._script = ScriptCaller(client, ttl_margin_ms=self._ttl_margin_ms)
-        #: id -> key code of the limits this backend has validated (an id names a limit's
-        #: parameters)
-        self._codes: dict[str, str] = {}
 
     @classmethod
     def from_url(
@@ -211,32 +205,11 @@ class RedisBackend:
     # -- keys ---------------------------------------------------------------------------
 
     def tag(self, key: str) -> str:
-        """The fixed-length hash of an identity key: no raw user data reaches Redis.
-
-        128 bits of BLAKE2b in base64url (22 characters of ``A-Za-z0-9-_``: no brace, so the
-        whole tag is the Cluster hash tag and nobody can choose a slot).
-        """
-        data = key.encode("utf-8", "surrogatepass")
-        digest = hashlib.blake2b(data, digest_size=16, person=b"asgi-ratelimit").digest()
-        return base64.urlsafe_b64encode(digest)[:22].decode("ascii")
+        """The fixed-length hash of an identity key (see `KeyNames.tag`)."""
+        return self._keys.tag(key)
 
     def storage_key(self, key: str, limit: Limit) -> str:
-        # Every limit of one identity key shares its {hash tag}, hence one Cluster slot.
-        return self._key_prefix(key) + limit_code(limit)
-
-    def _key_prefix(self, key: str) -> str:
-        """``prefix{tag}:`` of an identity key, hashed once and then remembered.
-
-        The same identities come back request after request; a bounded dict (emptied when
-        full, so a flood of new identities costs a hash each, never memory) saves the
-        hashing, about 1 us per key.
-        """
-        known = self._prefixes.get(key)
-        if known is None:
-            if len(self._prefixes) >= _KEY_CACHE_SIZE:
-                self._prefixes.clear()
-            known = self._prefixes[key] = f"{self.prefix}{{{self.tag(key)}}}:"
-        return known
+        return self._keys.storage_key(key, limit)
 
     # -- the protocol -------------------------------------------------------------------
 
@@ -247,7 +220,7 @@ class RedisBackend:
         return await self._decide("peek", checks)
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
-        tag_prefix = self._key_prefix(key)
+        tag_prefix = self._keys.prefix_of(key)
         if self.deny_cache is not None:
             self.deny_cache.forget_prefix(tag_prefix)
         await self._guarded(self._reset(key, tag_prefix, limits))
@@ -313,25 +286,12 @@ class RedisBackend:
             return now
         return time.monotonic_ns() // 1000
 
-    def _storage_keys(self, checks: Sequence[Check]) -> list[str]:
-        """The checks' keys, once each limit is known to be exact in Lua (validated once)."""
-        keys = []
-        codes = self._codes
-        for check in checks:
-            limit = check.limit
-            code = codes.get(limit.id)
-            if code is None:
-                validate_limit(limit)
-                code = codes[limit.id] = limit_code(limit)
-            keys.append(self._key_prefix(check.key) + code)
-        return keys
-
     async def _decide(self, mode: Mode, checks: Sequence[Check]) -> list[Outcome]:
         # The hot path: every request passes here, so it is written for speed (no layers
         # of coroutines, nothing computed twice); see benchmarks/redis_hot_path.py.
         if not checks:
             return []
-        storage_keys = self._storage_keys(checks)
+        storage_keys = self._keys.for_checks(checks)
         cache = self.deny_cache
         if cache is not None and len(cache):
             local = cache.answer(storage_keys, checks, self._local_now())
@@ -433,29 +393,6 @@ class RedisBackend:
         want_state: bool = False,
     ) -> Any:
         return await self._script.call(mode, checks, storage_keys, now_us, want_state)
-
-
-def limit_code(limit: Limit) -> str:
-    """The short name of a limit in its keys: 48 bits of BLAKE2b of ``limit.id``, base64url.
-
-    Eight characters instead of ids like ``1000:3600:gcra`` keep a key within 44 bytes, the
-    size Redis stores in its smallest allocation for keys. Two limits of one application
-    share a name with probability about n^2 / 2^49 for n distinct limits (1e-9 for 1,000),
-    and only an identity that uses both would notice (their counts would merge); limit ids
-    come from the application's own configuration, not from clients, so nobody can aim for
-    a collision.
-    """
-    code = _LIMIT_CODES.get(limit.id)
-    if code is None:
-        digest = hashlib.blake2b(limit.id.encode(), digest_size=6, person=b"rl-limit").digest()
-        code = base64.urlsafe_b64encode(digest).decode("ascii")
-        if len(_LIMIT_CODES) < 10_000:  # limits built per request must not grow it forever
-            _LIMIT_CODES[limit.id] = code
-    return code
-
-
-#: limit id -> its code (limits are few and fixed: the rules' and the code's).
-_LIMIT_CODES: dict[str, str] = {}
 
 
 def _pool_size(client: aioredis.Redis | aioredis.RedisCluster) -> int:
