@@ -304,13 +304,13 @@ class RedisBackend:
             pooled=self._script.pooled,
         )
         if cache is not None:
-            if self._clock is not None:
-                sent_at = received_at = now_us
-            else:
-                received_at = self._local_now()
             if states is None:
                 cache.forget(storage_keys)
             elif len(cache) or not all(outcome.allowed for outcome in outcomes):
+                if self._clock is not None:
+                    sent_at = received_at = now_us
+                else:
+                    received_at = self._local_now()
                 cache.record(storage_keys, checks, outcomes, states, now_us, sent_at, received_at)
         return outcomes
 

@@ -227,14 +227,30 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
     outcomes: list[Outcome] = []
     build = tuple.__new__  # Outcome(...) without its keyword handling: once per check
     at = 0
-    for check in checks:
-        allowed, remaining, reset, retry, delay, ttl = numbers[at : at + 6]
-        at += 6
-        # allowed, limit, remaining, reset_us, retry_us, delay_us, state, ttl_us: the state
-        # lives in Redis. Whole numbers are ints, as the Python algorithms give them.
-        if whole:
-            values = (allowed == 1, check.limit.burst, remaining, reset, retry, delay, None, ttl)
-        else:
+    if whole:
+        for check in checks:
+            # allowed, limit, remaining, reset_us, retry_us, delay_us, state, ttl_us: the
+            # state lives in Redis. Whole numbers are ints, as the Python algorithms give them.
+            outcomes.append(
+                build(
+                    Outcome,
+                    (
+                        numbers[at] == 1,
+                        check.limit.burst,
+                        numbers[at + 1],
+                        numbers[at + 2],
+                        numbers[at + 3],
+                        numbers[at + 4],
+                        None,
+                        numbers[at + 5],
+                    ),
+                )
+            )
+            at += 6
+    else:
+        for check in checks:
+            allowed, remaining, reset, retry, delay, ttl = numbers[at : at + 6]
+            at += 6
             values = (
                 allowed == 1,
                 check.limit.burst,
@@ -245,7 +261,7 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
                 None,
                 int(ttl),
             )
-        outcomes.append(build(Outcome, values))
+            outcomes.append(build(Outcome, values))
     offset = _HEAD.size + layout.size
     states: list[State | None] = [None] * len(checks)
     if len(reply) > offset:  # each stored state, after its length

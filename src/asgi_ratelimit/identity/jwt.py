@@ -2,23 +2,23 @@
 
 Needs the ``jwt`` extra (PyJWT with cryptography, and httpx for JWKS). The module imports
 without it, so the package does too; constructing a ``JWTSubject`` then raises an ImportError
-that names the install command.
+that names the install command. Keys from a JWKS URL come from `JWKSKeys` (``jwks.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..errors import ConfigurationError
 from ._headers import header_values
 from .base import Identity
+from .jwks import JWKSKeys
 
 try:
     import httpx
@@ -36,17 +36,6 @@ logger = logging.getLogger("asgi_ratelimit")
 HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
 #: Subjects longer than this are not user ids; they would only bloat storage keys.
 MAX_SUBJECT_CHARS = 256
-#: A JWKS document bigger than this is not a key set.
-_MAX_JWKS_BYTES = 1 << 20
-_FETCH_TIMEOUT = 5.0
-#: After a failed JWKS fetch, try again this soon (if the refresh interval is longer): a
-#: restart of the identity provider should not leave every user unidentified for minutes.
-_RETRY_AFTER_FAILURE = 30.0
-
-
-class _JWK(NamedTuple):
-    key: Any
-    algorithm: str | None  # the JWK's "alg", when it pins one
 
 
 class JWTSubject:
@@ -92,7 +81,9 @@ class JWTSubject:
             raise ConfigurationError(
                 "JWTSubject takes key= or jwks_url=, not both; use two JWTSubject sources"
             )
-        self._keys: dict[str, Any] | None = None
+        # The verification key per algorithm for key=; empty for jwks_url=, whose keys come
+        # from self._jwks per token.
+        self._keys: dict[str, Any] = {}
         if key is not None:
             self._keys = _prepare_keys(key, self.algorithms)
         self._secret = key is not None and set(self.algorithms) <= HMAC_ALGORITHMS
@@ -130,14 +121,11 @@ class JWTSubject:
                 "(use e.g. 8192)"
             )
         self.max_token_bytes = max_token_bytes
-        self._http_client = http_client
-        self._clock = clock
-        # JWKS cache: keys by kid (None for a key without one).
-        self._jwks: dict[str | None, _JWK] | None = None
-        self._jwks_fetched_at = -math.inf
-        self._next_fetch_at = -math.inf
-        self._fetches = 0
-        self._lock = asyncio.Lock()
+        self._jwks: JWKSKeys | None = None
+        if jwks_url is not None:
+            self._jwks = JWKSKeys(
+                jwks_url, self.algorithms, self.jwks_refresh_interval, http_client, clock=clock
+            )
 
     def __repr__(self) -> str:
         source = f"jwks_url={self.jwks_url!r}" if self.jwks_url else f"key={self._key_repr}"
@@ -149,7 +137,7 @@ class JWTSubject:
     @property
     def jwks_fetches(self) -> int:
         """How many times the JWKS URL was fetched (successfully or not)."""
-        return self._fetches
+        return self._jwks.fetches if self._jwks is not None else 0
 
     async def __call__(self, scope: Mapping[str, Any]) -> Identity | None:
         token = self.token(scope)
@@ -162,10 +150,10 @@ class JWTSubject:
         alg = header.get("alg")
         if not isinstance(alg, str) or alg not in self.algorithms:
             return None  # "none", or an algorithm we did not allow: never verify with it
-        if self._keys is not None:
+        if self._jwks is None:
             key = self._keys[alg]
         else:
-            jwk = await self._jwks_key(header.get("kid"))
+            jwk = await self._jwks.key(header.get("kid"))
             if jwk is None or (jwk.algorithm is not None and jwk.algorithm != alg):
                 return None
             key = jwk.key
@@ -211,95 +199,6 @@ class JWTSubject:
         if not text or len(text) > self.max_token_bytes or text.count(".") != 2:
             return None
         return text
-
-    # -- JWKS --------------------------------------------------------------------------------
-
-    async def _jwks_key(self, kid: Any) -> _JWK | None:
-        found = _find(self._jwks, kid)
-        now = self._clock()
-        if found is not None and now - self._jwks_fetched_at < self.jwks_refresh_interval:
-            return found
-        if self._lock.locked():
-            if found is not None:
-                return found  # a refresh is on its way; the cached key is still good meanwhile
-            async with self._lock:  # the fetch in flight may bring this kid: wait for it
-                return _find(self._jwks, kid)
-        if now >= self._next_fetch_at:
-            await self._refresh()
-            return _find(self._jwks, kid)
-        return found
-
-    async def _refresh(self) -> None:
-        # Only _jwks_key calls this, after seeing the lock free and without awaiting since,
-        # so this request takes the lock at once and fetches for everyone queued behind it.
-        async with self._lock:
-            now = self._clock()
-            self._fetches += 1
-            self._next_fetch_at = now + self.jwks_refresh_interval
-            try:
-                self._jwks = self._parse_jwks(await self._fetch_jwks())
-            except Exception as exc:  # an identity provider outage must never become a 500
-                self._next_fetch_at = now + min(self.jwks_refresh_interval, _RETRY_AFTER_FAILURE)
-                logger.warning(
-                    "JWKS fetch from %s failed (%s: %s); %s",
-                    self.jwks_url, type(exc).__name__, exc,
-                    "keeping the cached keys" if self._jwks else "tokens are not identified",
-                )  # fmt: skip
-                return
-            self._jwks_fetched_at = now
-
-    async def _fetch_jwks(self) -> Any:
-        url = self.jwks_url or ""
-        if self._http_client is not None:
-            response = await self._http_client.get(url, timeout=_FETCH_TIMEOUT)
-        else:
-            async with httpx.AsyncClient(timeout=_FETCH_TIMEOUT) as client:
-                response = await client.get(url)
-        response.raise_for_status()
-        if len(response.content) > _MAX_JWKS_BYTES:
-            raise ValueError(f"JWKS document is {len(response.content)} bytes")
-        return response.json()
-
-    def _parse_jwks(self, document: Any) -> dict[str | None, _JWK]:
-        entries = document.get("keys") if isinstance(document, dict) else None
-        if not isinstance(entries, list):
-            raise ValueError("JWKS document has no 'keys' list")
-        keys: dict[str | None, _JWK] = {}
-        for entry in entries:
-            jwk = self._parse_jwk(entry)
-            if jwk is not None:
-                kid = entry.get("kid")
-                keys.setdefault(kid if isinstance(kid, str) else None, jwk)
-        return keys
-
-    def _parse_jwk(self, entry: Any) -> _JWK | None:
-        if not isinstance(entry, dict):
-            return None
-        # A symmetric key in a public document would let anyone sign tokens; encryption keys
-        # do not sign; a pinned algorithm we did not allow is never used.
-        if entry.get("kty") == "oct" or entry.get("use", "sig") != "sig":
-            return None
-        alg = entry.get("alg")
-        if alg is not None and alg not in self.algorithms:
-            return None
-        try:
-            parsed = pyjwt.PyJWK(entry)
-        except (pyjwt.PyJWTError, ValueError, TypeError, KeyError):
-            logger.warning("JWKS %s: skipping a key that does not parse", self.jwks_url)
-            return None
-        weak = parsed.Algorithm.check_key_length(parsed.key)
-        if weak:
-            logger.warning("JWKS %s: skipping a weak key (%s)", self.jwks_url, weak)
-            return None
-        return _JWK(parsed.key, alg if isinstance(alg, str) else None)
-
-
-def _find(keys: dict[str | None, _JWK] | None, kid: Any) -> _JWK | None:
-    if not keys:
-        return None
-    if kid is None and len(keys) == 1:  # an untagged token and a one-key set: no ambiguity
-        return next(iter(keys.values()))
-    return keys.get(kid) if isinstance(kid, str) else None
 
 
 def _check_algorithms(algorithms: Sequence[str]) -> tuple[str, ...]:
