@@ -24,13 +24,12 @@ from asgi_ratelimit.backends.memory import MemoryBackend
 from asgi_ratelimit.backends.redis import RedisBackend, limit_code
 from asgi_ratelimit.backends.redis_direct import DirectScript
 from asgi_ratelimit.backends.redis_lane import ScriptLane, _Replies
+from asgi_ratelimit.backends.redis_resp import command, frame
 from asgi_ratelimit.backends.redis_script import (
     SCRIPT,
     SCRIPT_SHA,
-    command,
     decode,
     encode,
-    frame,
     framed_args,
 )
 from asgi_ratelimit.errors import BackendError

@@ -32,17 +32,15 @@ from redis.exceptions import NoScriptError, ResponseError
 from .base import Check
 from .redis_direct import DirectScript
 from .redis_lane import ScriptLane
+from .redis_resp import command, frame, pack
 from .redis_script import (
     FUNCTION_NAME,
     LIBRARY,
     SCRIPT,
     SCRIPT_SHA,
     Mode,
-    command,
     encode,
-    frame,
     framed_args,
-    pack,
 )
 
 __all__ = ["ScriptCaller"]

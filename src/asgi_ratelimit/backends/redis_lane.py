@@ -29,63 +29,15 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import (
-    AuthenticationError,
-    NoScriptError,
-    RedisError,
-    ResponseError,
-)
-from redis.exceptions import (
     ConnectionError as RedisConnectionError,
 )
+from redis.exceptions import (
+    RedisError,
+)
 
-from .redis_script import pack
+from .redis_resp import Incomplete, pack, parse
 
 __all__ = ["ScriptLane"]
-
-_CRLF = b"\r\n"
-
-
-class _Incomplete(Exception):
-    """The buffer ends inside a reply: wait for more bytes."""
-
-
-def _parse(buffer: bytes, start: int) -> tuple[Any, int]:
-    """One RESP2 reply from ``buffer[start:]``: ``(value, end)``; errors come back as values."""
-    line_end = buffer.find(_CRLF, start)
-    if line_end < 0:
-        raise _Incomplete
-    kind = buffer[start]
-    if kind == 36:  # $ bulk string
-        size = int(buffer[start + 1 : line_end])
-        if size < 0:
-            return None, line_end + 2
-        end = line_end + 2 + size
-        if len(buffer) < end + 2:
-            raise _Incomplete
-        return buffer[line_end + 2 : end], end + 2
-    if kind == 43:  # + simple string
-        return buffer[start + 1 : line_end], line_end + 2
-    if kind == 45:  # - error
-        return _error(buffer[start + 1 : line_end].decode("utf-8", "replace")), line_end + 2
-    if kind == 58:  # : integer
-        return int(buffer[start + 1 : line_end]), line_end + 2
-    if kind == 42:  # * array
-        count = int(buffer[start + 1 : line_end])
-        position = line_end + 2
-        items = []
-        for _ in range(max(count, 0)):
-            item, position = _parse(buffer, position)
-            items.append(item)
-        return (items if count >= 0 else None), position
-    raise RedisConnectionError(f"unexpected reply from Redis: {buffer[start:line_end]!r:.80}")
-
-
-def _error(message: str) -> RedisError:
-    if message.startswith("NOSCRIPT"):
-        return NoScriptError(message)
-    if message.startswith(("NOAUTH", "WRONGPASS")) or "invalid password" in message:
-        return AuthenticationError(message)
-    return ResponseError(message)
 
 
 class _Replies(asyncio.Protocol):
@@ -109,13 +61,13 @@ class _Replies(asyncio.Protocol):
         waiting = self.waiting
         try:
             while position < len(buffer):
-                reply, position = _parse(buffer, position)
+                reply, position = parse(buffer, position)
                 self.replies += 1
                 if waiting:
                     future = waiting.popleft()
                     if not future.done():  # a caller that gave up (its budget ran out)
                         future.set_result(reply)
-        except _Incomplete:
+        except Incomplete:
             pass
         except (ValueError, RedisConnectionError) as exc:  # not RESP: nothing can be trusted
             self.buffer = b""

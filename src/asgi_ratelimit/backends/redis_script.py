@@ -24,6 +24,7 @@ from ..algorithms import Outcome, State
 from ..errors import ConfigurationError
 from ..rates import Limit
 from .base import Check
+from .redis_resp import frame
 
 __all__ = [
     "ALGORITHM_CODES",
@@ -34,12 +35,9 @@ __all__ = [
     "SCRIPT_SHA",
     "Mode",
     "check_arg",
-    "command",
     "decode",
     "encode",
-    "frame",
     "framed_args",
-    "pack",
     "parse_state",
     "validate_limit",
 ]
@@ -185,31 +183,6 @@ def framed_args(
 
 #: an argument -> its RESP frame (the few script heads and check arguments of the app)
 _FRAMED: dict[str | bytes, bytes] = {}
-
-
-def frame(data: bytes) -> bytes:
-    """One RESP bulk string: ``$<length>\\r\\n<data>\\r\\n``."""
-    return b"$%d\r\n%s\r\n" % (len(data), data)
-
-
-def command(name: str, body: str, keys: Sequence[bytes], args: Sequence[bytes]) -> bytes:
-    """The RESP of ``name body len(keys) *keys *args``, with keys and args already framed.
-
-    What redis-py's ``pack_command`` sends, without its per-argument work on every call:
-    ``command("EVALSHA", SCRIPT_SHA, [frame(b"rl:{..}:x")], framed_args(...))``.
-    """
-    return _head(name, body, len(keys), len(args)) + b"".join(keys) + b"".join(args)
-
-
-@functools.lru_cache(maxsize=64)
-def _head(name: str, body: str, key_count: int, arg_count: int) -> bytes:
-    return pack((name, body, str(key_count)), more=key_count + arg_count)
-
-
-def pack(parts: Sequence[str | bytes], more: int = 0) -> bytes:
-    """Any command in RESP (``more`` framed parts will follow): for the rare calls."""
-    encoded = [part.encode() if isinstance(part, str) else part for part in parts]
-    return b"*%d\r\n" % (len(encoded) + more) + b"".join(map(frame, encoded))
 
 
 def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], list[State | None]]:
