@@ -181,3 +181,44 @@ async def redis_client(redis_url: str) -> AsyncIterator[object]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+def tls_redis(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """A redis-server speaking only TLS, with a fresh self-signed certificate: (port, cert)."""
+    require_redis_binaries()
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        reason = "openssl not found on PATH: it makes the TLS test's certificate"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(f"SKIPPED LOUDLY: {reason}")
+    assert REDIS_SERVER is not None
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    port = free_port()
+    process = subprocess.Popen(
+        [REDIS_SERVER, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+         "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+         "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no",
+         "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while subprocess.run(
+            [REDIS_CLI or "redis-cli", "--tls", "--cacert", str(cert), "-p", str(port), "ping"],
+            capture_output=True, timeout=10,
+        ).stdout.strip() != b"PONG":  # fmt: skip
+            if time.monotonic() > deadline or process.poll() is not None:
+                pytest.fail("redis-server with TLS did not start (built without TLS?)")
+            time.sleep(0.05)
+        yield port, cert
+    finally:
+        process.kill()
+        process.wait(5)

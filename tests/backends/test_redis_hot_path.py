@@ -176,11 +176,10 @@ async def test_fast_paths_survive_killed_connections_and_decoded_replies(
 def test_lane_only_where_it_knows_how_to_connect(tmp_path: Path) -> None:
     assert ScriptLane.for_client(aioredis.Redis()) is not None
     assert ScriptLane.for_client(aioredis.from_url(f"unix://{tmp_path}/r.sock")) is not None
-    tls = aioredis.from_url("rediss://localhost:6380/0")
-    assert ScriptLane.for_client(tls) is None
-    assert RedisBackend(tls)._script.direct is not None  # TLS keeps the pooled direct call
+    assert ScriptLane.for_client(aioredis.from_url("rediss://localhost:6380/0")) is not None
     provider = aioredis.Redis(credential_provider=UsernamePasswordCredentialProvider("u", "p"))
     assert ScriptLane.for_client(provider) is None
+    assert RedisBackend(provider)._script.direct is not None  # the pooled direct call
     assert ScriptLane.for_client(aioredis.RedisCluster(host="127.0.0.1", port=1)) is None
 
 
@@ -225,6 +224,22 @@ async def test_lane_pipelines_concurrent_requests_exactly(redis_url: str, prefix
         assert len(allowed) == 100
         assert sorted(o[0].remaining for o in allowed) == list(range(100))
         assert all(o[1].remaining == 99 for o in allowed)  # each caller got its own reply
+
+
+@pytest.mark.redis
+async def test_lane_speaks_tls_with_the_clients_settings(
+    tls_redis: tuple[int, Path], prefix: str
+) -> None:
+    port, cert = tls_redis
+    url = f"rediss://localhost:{port}/0"
+    async with RedisBackend.from_url(url, prefix=prefix, ssl_ca_certs=str(cert)) as backend:
+        assert backend._script.lane is not None
+        hits = [(await backend.hit([Check("t", Limit("2/minute"))]))[0] for _ in range(3)]
+        assert [(o.allowed, o.remaining) for o in hits] == [(True, 1), (True, 0), (False, 0)]
+    # The client's certificate checks apply: an unknown CA is refused, never skipped.
+    async with RedisBackend.from_url(url, prefix=prefix, failure_threshold=100) as untrusting:
+        with pytest.raises(BackendError, match="CERTIFICATE_VERIFY_FAILED"):
+            await untrusting.hit([Check("t", Limit("2/minute"))])
 
 
 @pytest.mark.redis

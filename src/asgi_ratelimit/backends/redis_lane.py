@@ -5,16 +5,17 @@ redis-py spends more Python on one call than Redis spends running our script: a 
 ``asyncio.Protocol`` and answered from ``data_received`` (medians, loopback, pure-Python
 parser; see docs/performance-notes.md). A rate limiter pays that on every request, so the
 backend sends its script calls (``FCALL``, ``EVALSHA``) on one connection it opens itself,
-with the address, credentials, database and client name of the client you gave it:
+with the address, TLS settings, credentials, database and client name of the client you
+gave it:
 
-    lane = ScriptLane.for_client(client)   # None: TLS, a cluster, a credential provider
+    lane = ScriptLane.for_client(client)   # None: a cluster, a credential provider
     reply = await lane.call(command("FCALL", FUNCTION_NAME, keys, args))  # see redis_script
     await lane.aclose()
 
 Every call is written at once and its reply matched in order (Redis answers one connection in
 order), so concurrent requests share the connection without waiting for each other. Errors
 are redis-py's exception types, which the backend turns into `BackendError`. Everything other
-than the script call (``reset``, a cluster, TLS) still goes through redis-py, and so do the
+than the script call (``reset``, a cluster) still goes through redis-py, and so do the
 client's own settings that this connection does not take: ``socket_timeout``, ``retry``,
 health checks (the backend's time budget and circuit breaker stand in for them).
 """
@@ -22,12 +23,13 @@ health checks (the backend's time budget and circuit breaker stand in for them).
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import (
     ConnectionError as RedisConnectionError,
 )
@@ -110,6 +112,7 @@ class ScriptLane:
         db: int = 0,
         client_name: str | None = None,
         connect_timeout: float | None = None,  # seconds; None: 5
+        tls: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
         self._address = (host, int(port), path)
         setup: list[Sequence[str | bytes]] = []
@@ -122,6 +125,7 @@ class ScriptLane:
         self._setup = b"".join(pack(command) for command in setup)
         self._setup_count = len(setup)
         self._connect_timeout = connect_timeout or 5.0
+        self._tls = tls
         self._connection: _Replies | None = None
         self._connecting: asyncio.Future[_Replies] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -133,16 +137,23 @@ class ScriptLane:
             return None  # a cluster routes by slot; a subclass may change how commands run
         pool = client.connection_pool
         kwargs = pool.connection_kwargs
-        if pool.connection_class not in (Connection, UnixDomainSocketConnection):
-            return None  # TLS, or a connection class of the user's own
+        kind = pool.connection_class
+        tls = None
+        if kind is SSLConnection:
+            # redis-py's own TLS settings (CA, client certificate, hostname check, ciphers):
+            # its context is built, from the same options, when the lane first connects.
+            tls = getattr(kind(**kwargs).ssl_context, "get", None)
+            if tls is None:  # pragma: no cover - a redis-py without RedisSSLContext
+                return None
+        elif kind not in (Connection, UnixDomainSocketConnection):
+            return None  # a connection class of the user's own
         if kwargs.get("credential_provider") is not None:
             return None
         return cls(
+            tls=tls,
             host=kwargs.get("host", "localhost"),
             port=kwargs.get("port", 6379),
-            path=kwargs.get("path")
-            if pool.connection_class is UnixDomainSocketConnection
-            else None,
+            path=kwargs.get("path") if kind is UnixDomainSocketConnection else None,
             username=kwargs.get("username"),
             password=kwargs.get("password"),
             db=int(kwargs.get("db") or 0),
@@ -212,7 +223,8 @@ class ScriptLane:
         if path is not None:
             _, connection = await loop.create_unix_connection(_Replies, path)
         else:
-            _, connection = await loop.create_connection(_Replies, host, port)
+            context = self._tls() if self._tls is not None else None
+            _, connection = await loop.create_connection(_Replies, host, port, ssl=context)
         if self._setup_count:
             assert connection.transport is not None
             futures = [loop.create_future() for _ in range(self._setup_count)]
