@@ -86,12 +86,14 @@ class ScriptCaller:
             await client.initialize()
             await client.script_load(SCRIPT)  # sent to every primary
             return
-        await client.script_load(SCRIPT)
+        if self.lane is None:
+            await client.script_load(SCRIPT)
+            return
+        # Through the lane, so that it connects (a TLS handshake, AUTH...) now, within the
+        # start-up budget, rather than on the first request.
+        await self.lane.call(pack(("SCRIPT", "LOAD", SCRIPT)))
         if self.uses_function:
-            try:
-                await client.function_load(LIBRARY, replace=True)
-            except ResponseError as exc:
-                self._functions_refused(exc)
+            await self._load_function()
 
     async def call(
         self,
