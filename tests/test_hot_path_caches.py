@@ -33,11 +33,13 @@ from asgi_ratelimit import (
 from asgi_ratelimit.algorithms import sliding_window_counter as swc
 from asgi_ratelimit.backends.base import Check
 from asgi_ratelimit.backends.memory import MemoryBackend
-from asgi_ratelimit.backends.memory_entries import _BITS, _pack, _pack_any
+from asgi_ratelimit.backends.memory_entries import _BITS, _pack, _pack_any, _unpack
 from asgi_ratelimit.decision import PolicyStatus
 from asgi_ratelimit.headers import (
-    _RESPONSE_CACHE,
-    _RESPONSE_CACHE_SIZE,
+    _RENDERERS,
+    _RENDERERS_SIZE,
+    OnePolicyHeaders,
+    _whole_seconds,
     raw_headers,
     response_headers,
 )
@@ -129,6 +131,20 @@ def test_unrolled_pack_is_the_general_pack(state: list[Any], expires_at: int) ->
     assert type(_pack(tuple(state), expires_at)) is type(_pack_any(tuple(state), expires_at))
 
 
+first_ints = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([0, 1, -1, 2**64]))
+field_ints = st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([0, 1, 2**63, 2**64 - 1]))
+
+
+@SETTINGS
+@given(first_ints, st.lists(field_ints, max_size=2), st.integers(1, 2**64 - 1))
+def test_unpack_answers_the_packed_state(first: int, rest: list[int], expires_at: int) -> None:
+    state = (first, *rest)
+    entry = _pack(state, expires_at)
+    assert type(entry) is int
+    assert _unpack(entry, expires_at - 1, len(state)) == state
+    assert _unpack(entry, expires_at, len(state)) is None  # expired at expires_at exactly
+
+
 def test_unrolled_pack_packs_every_stored_shape() -> None:
     assert _pack((5,), 9) == 5 << _BITS | 9
     assert _pack((5, 6), 9) == (5 << _BITS | 6) << _BITS | 9
@@ -202,18 +218,62 @@ def test_response_headers_are_raw_headers_of_any_decision(
 
 def test_response_header_cache_is_bounded_and_keyed_by_every_value() -> None:
     limit = Limit("1000/hour")
-    for remaining in range(2 * _RESPONSE_CACHE_SIZE):
+    for remaining in range(2 * _RENDERERS_SIZE):
         status = PolicyStatus("p", limit, True, remaining, 1.5, 0.0)
         headers = response_headers(Decision.from_one(status), "both")
         assert headers == tuple(raw_headers(Decision.from_one(status), "both"))
         assert (b"x-ratelimit-remaining", str(remaining).encode()) in headers
-        assert len(_RESPONSE_CACHE) <= _RESPONSE_CACHE_SIZE
+    for i in range(2 * _RENDERERS_SIZE):  # one renderer per policy name: bounded
+        status = PolicyStatus(f"p{i}", limit, True, 7, 1.5, 0.0)
+        headers = response_headers(Decision.from_one(status), "ietf")
+        assert headers == tuple(raw_headers(Decision.from_one(status), "ietf"))
+        assert len(_RENDERERS["ietf"]) <= _RENDERERS_SIZE
     first = PolicyStatus("p", limit, True, 7, 1.5, 0.0)
     other_reset = PolicyStatus("p", limit, True, 7, 2.5, 0.0)
     assert response_headers(Decision.from_one(first), "both") != response_headers(
         Decision.from_one(other_reset), "both"
     )
     assert (b"x-ratelimit-reset", b"3") in response_headers(Decision.from_one(other_reset))
+    # The same policy name with another quota or window: rendered for its own limit.
+    for other in (Limit("999/hour"), Limit("1000/minute"), limit):
+        status = PolicyStatus("p", other, True, 7, 1.5, 0.0)
+        headers = response_headers(Decision.from_one(status), "both")
+        assert headers == tuple(raw_headers(Decision.from_one(status), "both"))
+
+
+@SETTINGS
+@given(
+    styles,
+    st.sampled_from(["p", "login", 'q "x"', "caf\u00e9"]),
+    st.sampled_from(HEADER_LIMITS),
+    st.lists(
+        st.tuples(
+            st.integers(0, 12) | st.sampled_from([10**15, 10**16]),
+            st.sampled_from([0.0, 0.3, 1.0, 1.5, 59.99, 60.0, 1e16]),
+        ),
+        max_size=6,
+    ),
+)
+def test_one_policy_renderer_is_raw_headers(
+    style: Any, name: str, limit: Limit, numbers: list[tuple[int, float]]
+) -> None:
+    # Held to raw_headers answer after answer: its memo of the last answer must never leak
+    # one answer's numbers into the next.
+    renderer = OnePolicyHeaders(style, name, limit.burst, limit.period)
+    for remaining, reset_after in numbers * 2:
+        decision = Decision.from_one(PolicyStatus(name, limit, True, remaining, reset_after, 0.0))
+        expected = tuple(raw_headers(decision, style))
+        assert renderer.render(remaining, _whole_seconds(reset_after)) == expected
+        assert response_headers(decision, style) == expected
+
+
+def test_response_headers_of_a_float_remaining_are_raw_headers() -> None:
+    # A hand-built Decision may carry a float: it is rendered as raw_headers renders it.
+    limit = Limit("10/minute")
+    status = PolicyStatus("p", limit, True, 5, 1.5, 0.0)
+    response_headers(Decision.from_one(status), "both")  # the renderer remembers 5
+    decision = Decision(True, 10, 5.0, 1.5, 0.0, 0.0, "p", None, (status,))  # type: ignore[arg-type]
+    assert response_headers(decision, "both") == tuple(raw_headers(decision, "both"))
 
 
 # -- the one-limit decision (Rule.sole) and the identity cache, end to end ------------------
@@ -234,6 +294,7 @@ def _rules() -> list[Rule]:
         Rule("/bucket", limits=Limit("2/second", algorithm="token_bucket", burst=3)),
         Rule("/both/{x}", limits="4/minute"),
         Rule("/both/a", limits="6/minute"),
+        Rule("/half", limits="2/minute", cost=0.5),  # fractional counts: the general build
     ]
 
 
@@ -247,7 +308,7 @@ requests = st.lists(
     st.tuples(
         st.sampled_from(["POST", "GET"]),
         st.sampled_from(["/login", "/tiered", "/two", "/byip", "/global", "/costly", "/bucket"])
-        | st.sampled_from(["/both/a", "/both/b", "/other", "/LOGIN/"]),
+        | st.sampled_from(["/both/a", "/both/b", "/other", "/LOGIN/", "/half"]),
         st.sampled_from(["198.51.100.7", "198.51.100.8", "2001:db8::1", "010.0.0.1"]),
         st.booleans(),
         st.sampled_from([0.0, 0.0, 0.2, 1.0, 30.0]),
@@ -288,6 +349,47 @@ async def test_verdict_now_declines_what_needs_an_await_or_the_general_path() ->
     verdict = plain.verdict_now(scope)
     assert verdict is not None and verdict.access == "checked"
     assert (verdict.decision.remaining, verdict.decision.policy) == (4, "default")
+
+
+async def test_decision_now_is_verdict_now_s_decision() -> None:
+    clock = FakeClock()
+    one, other = (RateLimiter(backend=MemoryBackend(clock=clock), rules=_rules()) for _ in "12")
+    for path in ("/login", "/two", "/costly", "/half", "/bucket", "/other") * 4:
+        scope = {"type": "http", "method": "POST", "path": path, "client": ("198.51.100.7", 1)}
+        verdict = other.verdict_now(dict(scope))
+        decision = one.decision_now(dict(scope))
+        assert decision == (None if verdict is None else verdict.decision)
+        assert verdict is None or verdict.access == "checked"
+
+
+async def test_decision_now_of_odd_clients_is_the_general_decision() -> None:
+    clock = FakeClock()
+    fast, general = _limiters(clock)
+    clients: list[Any] = [("198.51.100.7", 1), ["198.51.100.7", 1], (None, 1), ()]
+    clients += [None, ("2001:db8::1", 1), (b"198.51.100.7", 1), ("010.0.0.1", 1)]
+    for client in clients * 2:  # the second time, cacheable hosts come from the cache
+        scope = {"type": "http", "method": "POST", "path": "/login", "client": client}
+        decision = fast.decision_now(dict(scope))
+        assert decision is not None
+        assert decision == (await general.check_request(dict(scope))).decision
+
+
+async def test_middleware_leaves_an_overridden_decision_now_out() -> None:
+    # A subclass that changes decision_now (or verdict_now) is decided by check_request.
+    class Odd(RateLimiter):
+        def decision_now(self, scope: Any) -> Decision | None:
+            raise AssertionError("the middleware must not take this path")
+
+    async def ok(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/", ok)])
+    wrapped = RateLimitMiddleware(app, limiter=Odd(default_limits="2/minute"))
+    transport = httpx.ASGITransport(app=wrapped, client=("198.51.100.9", 1))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        answers = [await client.get("/") for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[0].headers["x-ratelimit-remaining"] == "1"
 
 
 async def test_middleware_leaves_an_overridden_check_request_in_charge() -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .decision import Decision, HeaderStyle, PolicyStatus
 
-__all__ = ["decision_headers", "raw_headers", "response_headers"]
+__all__ = ["OnePolicyHeaders", "decision_headers", "raw_headers", "response_headers"]
 
 RETRY_AFTER = "Retry-After"
 LIMIT = "X-RateLimit-Limit"
@@ -49,9 +49,9 @@ _RAW_RESET = _RAW_NAMES[RESET]
 _RAW_POLICY = _RAW_NAMES[POLICY]
 _RAW_STATE = _RAW_NAMES[STATE]
 RawHeader = tuple[bytes, bytes]
-# response_headers' cache: (style, name, quota, window, remaining, reset s) -> headers.
-_RESPONSE_CACHE: dict[tuple[object, ...], tuple[RawHeader, ...]] = {}
-_RESPONSE_CACHE_SIZE = 1024
+# response_headers' renderers: style -> policy name -> its OnePolicyHeaders (bounded).
+_RENDERERS: dict[str, dict[str, OnePolicyHeaders]] = {style: {} for style in _STYLES}
+_RENDERERS_SIZE = 1024
 # sf-integers have at most 15 digits.
 _SF_INTEGER_MAX = 999_999_999_999_999
 
@@ -126,10 +126,9 @@ def raw_headers(decision: Decision, style: HeaderStyle = "both") -> list[tuple[b
 def response_headers(decision: Decision, style: HeaderStyle = "both") -> Sequence[RawHeader]:
     """`raw_headers` as a tuple to add to a response (read-only: it may be shared).
 
-    An allowed request with one policy (the usual response) answers from a small cache: its
-    headers depend only on the policy and on two small numbers (remaining, whole seconds to
-    reset), which repeat across clients and for a whole second, so most responses reuse a
-    ready tuple instead of formatting and encoding five values.
+    An allowed request with one policy (the usual response) is rendered by its policy's
+    `OnePolicyHeaders`: its headers depend only on the policy and on two small numbers
+    (remaining, whole seconds to reset), so only those two are formatted per response.
     """
     policies = decision.policies
     if decision.allowed and len(policies) == 1 and style in _STYLES:
@@ -139,27 +138,77 @@ def response_headers(decision: Decision, style: HeaderStyle = "both") -> Sequenc
         reset_after = decision.reset_after
         if (
             policy.allowed
+            and remaining.__class__ is int
             and policy.remaining == remaining
             and policy.reset_after == reset_after
             and decision.limit == limit.burst
         ):
-            # Everything raw_headers reads for such a decision is in this key.
-            key = (
-                style,
-                policy.name,
-                limit.burst,
-                limit.period,
-                remaining,
-                _whole_seconds(reset_after),
+            # Everything raw_headers reads for such a decision: the policy's name, quota and
+            # window, and the two numbers.
+            renderers = _RENDERERS[style]
+            renderer = renderers.get(policy.name)
+            if renderer is None or renderer.quota != limit.burst or renderer.window != limit.period:
+                renderer = OnePolicyHeaders(style, policy.name, limit.burst, limit.period)
+                if len(renderers) >= _RENDERERS_SIZE:
+                    renderers.clear()  # bounded: start over rather than grow
+                renderers[policy.name] = renderer
+            # _whole_seconds, its usual case inlined.
+            seconds = (
+                math.ceil(reset_after)
+                if 0 < reset_after < _SF_INTEGER_MAX
+                else _whole_seconds(reset_after)
             )
-            found = _RESPONSE_CACHE.get(key)
-            if found is None:
-                found = tuple(raw_headers(decision, style))
-                if len(_RESPONSE_CACHE) >= _RESPONSE_CACHE_SIZE:
-                    _RESPONSE_CACHE.clear()  # bounded: start over rather than grow
-                _RESPONSE_CACHE[key] = found
-            return found
+            return renderer.render(remaining, seconds)
     return tuple(raw_headers(decision, style))
+
+
+class OnePolicyHeaders:
+    """The headers of allowed one-policy decisions of one policy, in one style.
+
+        render = OnePolicyHeaders("both", "login", 5, 60).render
+        render(4, 60)    # what raw_headers answers for remaining 4, reset_after in (59, 60]
+
+    Everything but ``remaining`` and the reset's whole seconds is encoded once, here; the last
+    answer is kept, since many clients share the same two numbers within a second.
+    """
+
+    __slots__ = ("_fixed", "_last", "_state", "quota", "style", "window")
+
+    def __init__(self, style: HeaderStyle, name: str, quota: int, window: int) -> None:
+        self.style = style
+        self.quota = quota
+        self.window = window
+        # The constant headers: X-RateLimit-Limit and RateLimit-Policy.
+        self._fixed = (
+            (_RAW_LIMIT, str(_sf_int(quota)).encode("latin-1")),
+            (_RAW_POLICY, _policy_bytes(name, quota, window)),
+        )
+        self._state = _quoted(name) + b";r="
+        # (remaining, reset seconds, headers): one attribute, replaced whole, so that a reader
+        # in another thread never pairs one answer's numbers with another's headers.
+        self._last: tuple[int, int, tuple[RawHeader, ...]] = (-1, -1, ())
+
+    def render(self, remaining: int, reset_seconds: int) -> tuple[RawHeader, ...]:
+        """The headers for ``remaining`` (an int) left and the quota back in ``reset_seconds``."""
+        last = self._last
+        if last[0] == remaining and last[1] == reset_seconds:
+            return last[2]
+        style = self.style
+        if style == "none":
+            return ()
+        left = b"%d" % _sf_int(remaining)
+        reset = b"%d" % reset_seconds
+        limit, policy = self._fixed
+        headers: tuple[RawHeader, ...]
+        if style == "both":
+            state = (_RAW_STATE, self._state + left + b";t=" + reset)
+            headers = (limit, (_RAW_REMAINING, left), (_RAW_RESET, reset), policy, state)
+        elif style == "legacy":
+            headers = (limit, (_RAW_REMAINING, left), (_RAW_RESET, reset))
+        else:
+            headers = (policy, (_RAW_STATE, self._state + left + b";t=" + reset))
+        self._last = (remaining, reset_seconds, headers)
+        return headers
 
 
 def _state_bytes(policy: PolicyStatus) -> bytes:

@@ -217,6 +217,19 @@ class RateLimiter(RequestLimiting):
         if self._in_outage:
             self._in_outage = False
             logger.warning("rate limit backend %r is back; limits are enforced again", backend)
+        remaining = outcome.remaining
+        if outcome.allowed and consume and remaining.__class__ is int:
+            # `Decision.from_one(_status(...))` for an admitted request with a whole count left
+            # (every request of a whole cost): the same values, built directly. An admitted
+            # request never has more left than the capacity nor less than 0, and waits 0.
+            if not 0 <= remaining <= limit.burst:
+                remaining = max(0, min(limit.burst, remaining))
+            reset_after = outcome.reset_us / 1_000_000
+            delay = outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0
+            status = PolicyStatus(name, limit, True, remaining, reset_after, 0.0, delay)
+            return Decision(
+                True, limit.burst, remaining, reset_after, 0.0, delay, name, identity, (status,)
+            )
         return Decision.from_one(_status(name, limit, cost, outcome, consume), identity)
 
     async def _decide_in_outage(

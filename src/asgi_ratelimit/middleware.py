@@ -98,6 +98,7 @@ class RateLimitMiddleware:
         self._own_check = (
             cls.check_request is RequestLimiting.check_request
             and cls.verdict_now is RequestLimiting.verdict_now
+            and cls.decision_now is RequestLimiting.decision_now
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -109,8 +110,8 @@ class RateLimitMiddleware:
             try:
                 # Only while check_request is ours: a limiter may override it (or a test
                 # replace it), and then it alone decides.
-                verdict = (
-                    limiter.verdict_now(scope)
+                decision = (
+                    limiter.decision_now(scope)
                     if self._own_check and "check_request" not in limiter.__dict__
                     else None
                 )
@@ -118,11 +119,15 @@ class RateLimitMiddleware:
                 self._warn_once("verdict", "rate limiting failed; letting requests through", exc)
                 await self.app(scope, receive, send)
                 return
-            if verdict is None:
+            if decision is None:
                 await self._http(scope, receive, send)
                 return
-            decision = verdict.decision
-            _remember(scope, decision)
+            # _remember, inlined (every request).
+            state = scope.get("state")
+            if state is None:
+                scope["state"] = {"rate_limit": decision}
+            else:
+                state["rate_limit"] = decision
             if not decision.allowed:
                 await self._deny(scope, receive, send, decision)
             elif decision.delay > 0 or self._style == "none":
@@ -253,17 +258,18 @@ def _adding_headers(
     # body chunk too) costs no coroutine of ours. ASGI callers only ever await it.
     def send_with_headers(message: Message) -> Awaitable[None]:
         if message["type"] == start:
-            headers = list(message.get("headers") or ())
-            for name, _ in headers:
+            own = message.get("headers") or ()
+            for name, _ in own:
                 # ASGI names are lower-case bytes already (then no copy is made to compare).
                 if (
                     name if name.__class__ is bytes and name.islower() else bytes(name).lower()
                 ) in _SINGLE_FIELDS:
-                    present = {bytes(n).lower() for n, _ in headers}
-                    headers.extend(h for h in extra if h[0] in _LIST_FIELDS or h[0] not in present)
+                    present = {bytes(n).lower() for n, _ in own}
+                    kept = [h for h in extra if h[0] in _LIST_FIELDS or h[0] not in present]
+                    headers = [*own, *kept]
                     break
             else:  # the usual case: the app set none of ours, all are added
-                headers.extend(extra)
+                headers = [*own, *extra]
             message = {**message, "headers": headers}
         return send(message)
 

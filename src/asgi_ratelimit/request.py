@@ -258,13 +258,32 @@ class RequestLimiting:
         cost, and the in-memory backend: the middleware then skips a coroutine per request.
         None means: await ``check_request(scope)``, which answers the same for this request.
         """
+        decision = self.decision_now(scope)
+        return None if decision is None else Verdict("checked", decision)
+
+    def decision_now(self, scope: Scope) -> Decision | None:
+        """`verdict_now(scope)`'s decision (its access is always "checked"), or None.
+
+        What the middleware calls on every request: no `Verdict` to build and unpack.
+        """
         if self._lists or not self._ip_only:
             return None
         rules = self._route_rules(scope)[1]
-        if len(rules) != 1 or rules[0].sole is None:
+        if len(rules) != 1:
             return None
-        decision = self._decide_sole(rules[0].sole, self._ip_identity(scope), True)
-        return None if decision is None else Verdict("checked", decision)
+        sole = rules[0].sole
+        if sole is None:
+            return None
+        # _ip_identity's cache hit, inlined (a returning client); it decides everything else.
+        client = scope.get("client")
+        identity = None
+        if self._ip_cacheable and client.__class__ is tuple and client:
+            host = client[0]
+            if host.__class__ is str:
+                identity = self._ip_identities.get(host)
+        if identity is None:
+            identity = self._ip_identity(scope)
+        return self._decide_sole(sole, identity, True)
 
     def matching_rules(self, method: str, path: str) -> list[Rule]:
         """The rules for ``method`` on a normalized ``path``, in order; else the default."""

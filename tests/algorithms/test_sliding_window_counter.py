@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asgi_ratelimit.algorithms import DECIDERS, sliding_window_counter
-from asgi_ratelimit.rates import Limit
+from asgi_ratelimit.rates import MAX_AMOUNT, MAX_PERIOD_SECONDS, Limit
 
 from .driver import INF, T0, Row, play
 
@@ -151,3 +153,57 @@ def test_a_tiny_cost_answers_quickly_and_exactly(estimates: list[int]) -> None:
     # reset_after is exact: the full quota passes then, and not a microsecond earlier.
     assert decide(admitted.state, now + admitted.reset_us, three, 3).allowed
     assert not decide(admitted.state, now + admitted.reset_us - 1, three, 3).allowed
+
+
+# -- the closed form of the full reset (every admitted request computes it) -----------------
+
+_MAX_PERIOD_US = MAX_PERIOD_SECONDS * 1_000_000
+periods = st.one_of(
+    st.sampled_from([1, 2, 7, 1_000_000, 60_000_000, 3_600_000_000, 86_400_000_000]),
+    st.sampled_from([_MAX_PERIOD_US, _MAX_PERIOD_US - 1]),
+    st.integers(1, _MAX_PERIOD_US),
+)
+counts = st.one_of(st.integers(1, 100), st.integers(1, MAX_AMOUNT))
+
+
+@settings(max_examples=400, deadline=None)
+@given(counts, periods)
+def test_the_closed_form_full_reset_is_the_searched_one(current: int, period: int) -> None:
+    fit = sliding_window_counter._full_reset_in_next_window(current, period)
+    # The binary search alone (a guess of 0 is never taken), for a cost of the whole amount.
+    searched = sliding_window_counter._first_fit(MAX_AMOUNT, MAX_AMOUNT, 0, current, 0, 0, period)
+    assert fit == searched
+    # And by the definition: the estimate is 0 at fit and not a microsecond before.
+    estimate = sliding_window_counter._estimate
+    assert estimate(0, current, fit, period) == 0
+    assert fit == 0 or estimate(0, current, fit - 1, period) >= 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 1000),
+    st.sampled_from(["second", "minute", "hour", "day", "3650 days"]),
+    st.integers(0, 999),
+    st.integers(0, 999),
+    st.sampled_from([1, 2, 5]),
+    st.integers(0, 10**9),
+    st.booleans(),
+)
+def test_an_admitted_request_resets_as_the_general_search_says(
+    amount: int, unit: str, current: int, previous: int, cost: int, offset: int, same: bool
+) -> None:
+    limit = Limit(f"{amount}/{unit}")
+    period = limit.period_us
+    now = T0 * 1_000_000 + offset
+    window, elapsed = divmod(now, period)
+    state = (window if same else window - 1, min(current, amount), min(previous, amount))
+    outcome = DECIDERS[limit.algorithm](state, now, limit, cost)
+    if not outcome.allowed:
+        return
+    assert outcome.state is not None
+    after, weighted = outcome.state[1], outcome.state[2]
+    # The pre-closed-form answer: the memo-free search from the current instant.
+    _wait, _fit = sliding_window_counter._wait_until_fits, sliding_window_counter._first_fit
+    expected = period - elapsed + _fit(amount, amount, 0, after, 0, 0, period)
+    assert outcome.reset_us == expected
+    assert _wait(amount, amount, after, weighted, elapsed, period) == expected

@@ -33,22 +33,31 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
             current, previous = state[1], state[2]
         elif state[0] == window - 1:
             previous = state[1]
-    estimate = _estimate(current, previous, elapsed, period)
+    # _estimate, inlined (it runs on every request); with no previous count it is the current
+    # one (floor(0 * x / period) adds an int 0, which changes neither value nor type).
+    estimate = current + math.floor(previous * (period - elapsed) / period) if previous else current
     # cost <= amount - estimate, not estimate + cost <= amount: a tiny fractional cost must not
     # vanish in the rounding of a sum and pass a full window.
     amount = limit.amount
     if cost <= amount - estimate:
         current += cost
-        reset = _wait_until_fits(amount, amount, current, previous, elapsed, period)
-        ttl = 2 * period - elapsed if current else period - elapsed
-        remaining = limit.amount - estimate - cost
-        return Outcome(True, limit.amount, remaining, reset, 0, 0, (window, current, previous), ttl)
+        if current.__class__ is int and current > 0:
+            # The usual admitted request (whole costs): the quota is restored in the next
+            # window, at the closed form _full_reset_in_next_window proves exact. A busy key's
+            # count changes on every request, so this is computed, not looked up.
+            reset = 2 * period - elapsed - (period - 1) // current
+            ttl = 2 * period - elapsed
+        else:
+            reset = _wait_until_fits(amount, amount, current, previous, elapsed, period)
+            ttl = 2 * period - elapsed if current else period - elapsed
+        remaining = amount - estimate - cost
+        return Outcome(True, amount, remaining, reset, 0, 0, (window, current, previous), ttl)
     retry: float = NEVER
-    if cost <= limit.amount:
+    if cost <= amount:
         retry = _wait_until_fits(cost, amount, current, previous, elapsed, period)
     reset = _wait_until_fits(amount, amount, current, previous, elapsed, period)
-    remaining = max(0, limit.amount - estimate)
-    return Outcome(False, limit.amount, remaining, reset, retry, 0, None, 0)
+    remaining = max(0, amount - estimate)
+    return Outcome(False, amount, remaining, reset, retry, 0, None, 0)
 
 
 def _estimate(current: float, previous: float, elapsed: int, period: int) -> float:
@@ -77,7 +86,21 @@ def _wait_until_fits(
     # In the next window the current count becomes the weighted previous one.
     if current == 0:
         return period - elapsed
+    if cost == amount and current.__class__ is int:
+        return period - elapsed + _full_reset_in_next_window(current, period)
     return period - elapsed + _next_window_fit(cost, amount, current, period)
+
+
+def _full_reset_in_next_window(current: int, period: int) -> int:
+    """`_next_window_fit(amount, amount, current, period)` for a whole count, in closed form.
+
+    The whole quota fits at e when ``floor(current * (period - e) / period) <= 0``. With
+    integers the product is exact and Python's int / int is correctly rounded, so the float
+    quotient is below 1 exactly when ``current * (period - e) <= period - 1`` (the quotient
+    is then at most ``1 - 1/period``, and ``1/period`` is far above half an ulp of 1 for
+    any period a `Limit` accepts, < 2**49 us). The first such e is the one below.
+    """
+    return period - (period - 1) // current
 
 
 @functools.lru_cache(maxsize=4096, typed=True)

@@ -22,6 +22,8 @@ Tables = dict[str, dict[str, Entry]]
 _BITS = 64
 _BASE = 1 << _BITS
 _MASK = _BASE - 1
+_BITS2 = 2 * _BITS
+_BITS3 = 3 * _BITS
 
 
 def _pack(state: State, expires_at: int) -> Entry:
@@ -44,12 +46,13 @@ def _pack(state: State, expires_at: int) -> Entry:
                 return (first << _BITS | second) << _BITS | expires_at
         elif size == 3:
             first, second, third = state
+            # Both in [0, 2**64) exactly when their bitwise or is (a negative one makes it
+            # negative): one test instead of four comparisons.
             if (
-                type(first) is int
-                and type(second) is int
-                and type(third) is int
-                and 0 <= second <= _MASK
-                and 0 <= third <= _MASK
+                first.__class__ is int
+                and second.__class__ is int
+                and third.__class__ is int
+                and not (second | third) >> _BITS
             ):
                 return ((first << _BITS | second) << _BITS | third) << _BITS | expires_at
         else:
@@ -86,9 +89,8 @@ def _unpack(entry: Entry, now: int, arity: int) -> State | None:
         return (entry >> _BITS,)
     if arity == 2:
         return divmod(entry >> _BITS, _BASE)
-    high, last = divmod(entry >> _BITS, _BASE)
-    first, second = divmod(high, _BASE)
-    return (first, second, last)
+    # Shifts and masks: fewer big-int results than two divmods (each a tuple of two).
+    return (entry >> _BITS3, entry >> _BITS2 & _MASK, entry >> _BITS & _MASK)
 
 
 def _sweep(generation: Tables, now: int) -> int:
