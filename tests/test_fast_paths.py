@@ -140,6 +140,41 @@ def test_one_policy_decision_is_that_policy() -> None:
     )
 
 
+def _binding_by_definition(policies: tuple[PolicyStatus, ...], who: Identity) -> Decision:
+    """What `Decision.from_policies` must answer, written as the rule reads."""
+    denied = [p for p in policies if not p.allowed]
+    if denied:
+        binding = max(denied, key=lambda p: p.retry_after)
+        retry_after, delay = binding.retry_after, 0.0
+    else:
+        binding = min(policies, key=lambda p: (p.remaining, -p.reset_after))
+        retry_after, delay = 0.0, max(p.delay for p in policies)
+    return Decision(
+        not denied, binding.quota, binding.remaining, binding.reset_after, retry_after, delay,
+        binding.name, who, policies,
+    )  # fmt: skip
+
+
+policy_statuses = st.builds(
+    PolicyStatus,
+    name=st.sampled_from(["a", "b", "c"]),
+    limit=st.sampled_from([LIMIT, Limit("3/second"), Limit("5/hour", algorithm="token_bucket")]),
+    allowed=st.booleans() | st.just(True),
+    remaining=st.integers(0, 4),
+    reset_after=st.sampled_from([0.0, 1.5, 2.0, 60.0]),
+    retry_after=st.sampled_from([0.0, 0.5, 3.0, math.inf]),
+    delay=st.sampled_from([0.0, 0.0, 0.25, 1.0]),
+)
+
+
+@SETTINGS
+@given(st.lists(policy_statuses, min_size=2, max_size=5).map(tuple))
+def test_several_policies_bind_as_defined(policies: tuple[PolicyStatus, ...]) -> None:
+    # Ties matter: the least left, then the latest reset, then the first in order.
+    who = Identity("user:1", "free", "jwt")
+    assert Decision.from_policies(policies, who) == _binding_by_definition(policies, who)
+
+
 seconds = st.one_of(
     st.floats(min_value=-5, max_value=1e16, allow_nan=False),
     st.sampled_from([0.0, 1e-9, 0.5, 1.0, math.inf, math.nan, 999_999_999_999_999.5]),

@@ -79,22 +79,33 @@ class Decision:
             return cls.unlimited(identity)
         if len(policies) == 1:
             return cls.from_one(policies[0], identity)
-        denied = [p for p in policies if not p.allowed]
-        if denied:
-            binding = max(denied, key=lambda p: p.retry_after)
-            retry_after = binding.retry_after
-            delay = 0.0
+        # Allowed (the usual case, one pass): the binding policy has the least left and, among
+        # those, the latest reset (the first such one); the request waits for the longest delay.
+        binding = policies[0]
+        delay = binding.delay
+        for p in policies:
+            if not p.allowed:
+                break
+            if p.remaining < binding.remaining or (
+                p.remaining == binding.remaining and p.reset_after > binding.reset_after
+            ):
+                binding = p
+            if p.delay > delay:
+                delay = p.delay
         else:
-            binding = min(policies, key=lambda p: (p.remaining, -p.reset_after))
-            retry_after = 0.0
-            delay = max(p.delay for p in policies)
+            return cls(
+                True, binding.quota, binding.remaining, binding.reset_after, 0.0, delay,
+                binding.name, identity, policies,
+            )  # fmt: skip
+        denied = [p for p in policies if not p.allowed]
+        binding = max(denied, key=lambda p: p.retry_after)
         return cls(
-            allowed=not denied,
+            allowed=False,
             limit=binding.quota,
             remaining=binding.remaining,
             reset_after=binding.reset_after,
-            retry_after=retry_after,
-            delay=delay,
+            retry_after=binding.retry_after,
+            delay=0.0,
             policy=binding.name,
             identity=identity,
             policies=policies,
