@@ -48,6 +48,8 @@ _T = TypeVar("_T")
 #: Seconds allowed for the first call, which opens connections (and maps a cluster's slots).
 _FIRST_CALL_BUDGET = 2.0
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+#: The shared-timer budget needs Task.uncancel (3.11); 3.10 uses asyncio.wait_for.
+_HAS_UNCANCEL = sys.version_info >= (3, 11)
 #: With an injected clock Redis still expires keys on its own clock; this margin keeps state
 #: alive while a fake clock crawls (kept state past its TTL decides exactly like no state).
 _INJECTED_CLOCK_TTL_MARGIN = 60.0
@@ -213,11 +215,39 @@ class RedisBackend:
 
     # -- the protocol -------------------------------------------------------------------
 
-    async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
-        return await self._decide("hit", checks)
+    async def hit(self, checks: Sequence[Check], mode: Mode = "hit") -> list[Outcome]:
+        """Decide (``mode="peek"``: without consuming) every check in one atomic call.
+
+        The hot path: every request passes here, so it is written for speed (no layers of
+        coroutines, nothing computed twice); see benchmarks/redis_hot_path.py.
+        """
+        if not checks:
+            return []
+        storage_keys = self._keys.for_checks(checks)
+        cache = self.deny_cache
+        if cache is not None and len(cache):
+            local = cache.answer(storage_keys, checks, self._local_now())
+            if local is not None:
+                return local
+        sent_at = self._local_now()
+        now_us, outcomes, states = await self._guarded(
+            self._run(mode, checks, storage_keys),
+            self._breakers_for(storage_keys) if self._cluster else (),
+            pooled=self._script.pooled,
+        )
+        if cache is not None:
+            if states is None:
+                cache.forget(storage_keys)
+            elif len(cache) or not all(outcome.allowed for outcome in outcomes):
+                if self._clock is not None:
+                    sent_at = received_at = now_us
+                else:
+                    received_at = self._local_now()
+                cache.record(storage_keys, checks, outcomes, states, now_us, sent_at, received_at)
+        return outcomes
 
     async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
-        return await self._decide("peek", checks)
+        return await self.hit(checks, "peek")
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
         tag_prefix = self._keys.prefix_of(key)
@@ -286,34 +316,6 @@ class RedisBackend:
             return now
         return time.monotonic_ns() // 1000
 
-    async def _decide(self, mode: Mode, checks: Sequence[Check]) -> list[Outcome]:
-        # The hot path: every request passes here, so it is written for speed (no layers
-        # of coroutines, nothing computed twice); see benchmarks/redis_hot_path.py.
-        if not checks:
-            return []
-        storage_keys = self._keys.for_checks(checks)
-        cache = self.deny_cache
-        if cache is not None and len(cache):
-            local = cache.answer(storage_keys, checks, self._local_now())
-            if local is not None:
-                return local
-        sent_at = self._local_now()
-        now_us, outcomes, states = await self._guarded(
-            self._run(mode, checks, storage_keys),
-            self._breakers_for(storage_keys) if self._cluster else (),
-            pooled=self._script.pooled,
-        )
-        if cache is not None:
-            if states is None:
-                cache.forget(storage_keys)
-            elif len(cache) or not all(outcome.allowed for outcome in outcomes):
-                if self._clock is not None:
-                    sent_at = received_at = now_us
-                else:
-                    received_at = self._local_now()
-                cache.record(storage_keys, checks, outcomes, states, now_us, sent_at, received_at)
-        return outcomes
-
     async def _guarded(
         self,
         call: Coroutine[Any, Any, _T],
@@ -340,7 +342,7 @@ class RedisBackend:
             budget = max(self.timeout, _FIRST_CALL_BUDGET)
             self._warm = True
         try:
-            if sys.version_info >= (3, 11):
+            if _HAS_UNCANCEL:
                 result = await self._watchdog.run(call, budget)
             else:  # pragma: no cover - Python 3.10 (no Task.uncancel)
                 result = await asyncio.wait_for(call, budget)
