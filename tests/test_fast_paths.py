@@ -14,8 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asgi_ratelimit import ClientIP, Decision, Identity, Limit, RateLimiter, Rule
+from asgi_ratelimit.algorithms.base import NEVER, Outcome
+from asgi_ratelimit.backends.base import Check
 from asgi_ratelimit.decision import PolicyStatus
 from asgi_ratelimit.headers import decision_headers, raw_headers
+from asgi_ratelimit.limiter import PolicyCheck, _status, _statuses
 from asgi_ratelimit.paths import _normalize, normalize_path
 from asgi_ratelimit.ruleset import _CACHE_SIZE, RuleSet
 
@@ -230,3 +233,27 @@ def test_raw_headers_are_the_encoded_headers_of_any_decision(
         allowed, 10, remaining, reset_after, retry_after, 0.0, "x", None, tuple(policies)
     )
     assert raw_headers(decision, style) == _reference(decision, style)  # type: ignore[arg-type]
+
+
+outcomes = st.builds(
+    Outcome,
+    allowed=st.booleans(),
+    limit=st.just(10),
+    remaining=st.integers(-2, 12) | st.sampled_from([0.5, 3.25, 9.999]),
+    reset_us=st.integers(0, 10**9),
+    retry_us=st.sampled_from([0, 1, 2_500_000, NEVER]),
+    delay_us=st.sampled_from([0, 0, 250_000]),
+    state=st.none(),
+    ttl_us=st.integers(0, 10**9),
+).map(lambda o: o._replace(retry_us=0) if o.allowed else o)  # an admitted request waits 0
+
+
+@SETTINGS
+@given(st.lists(outcomes, min_size=1, max_size=4), st.booleans())
+def test_policy_statuses_built_directly_match_the_general_rule(
+    found: list[Outcome], consume: bool
+) -> None:
+    checks = [PolicyCheck(f"p{i}", Check("k", LIMIT, 1)) for i in range(len(found))]
+    pairs = zip(checks, found, strict=True)
+    expected = tuple(_status(pc.name, LIMIT, 1, o, consume) for pc, o in pairs)
+    assert _statuses(checks, found, consume) == expected

@@ -312,12 +312,24 @@ def _statuses(
         pc = checks[0]
         check = pc.check
         return (_status(pc.name, check.limit, check.cost, outcomes[0], consume),)
-    return tuple(
-        [
-            _status(pc.name, pc.check.limit, pc.check.cost, outcome, consume)
-            for pc, outcome in zip(checks, outcomes, strict=True)
-        ]
-    )
+    statuses = []
+    for pc, outcome in zip(checks, outcomes, strict=True):
+        remaining = outcome.remaining
+        limit = pc.check.limit
+        if consume and outcome.allowed and remaining.__class__ is int:
+            # `_status` for an admitted request with a whole count left (whole costs: the
+            # usual request), built directly as in `_decide_sole`: once per limit per request.
+            if not 0 <= remaining <= limit.burst:
+                remaining = max(0, min(limit.burst, remaining))
+            delay = outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0
+            statuses.append(
+                PolicyStatus(
+                    pc.name, limit, True, remaining, outcome.reset_us / 1_000_000, 0.0, delay
+                )
+            )
+        else:
+            statuses.append(_status(pc.name, limit, pc.check.cost, outcome, consume))
+    return tuple(statuses)
 
 
 def _status(name: str, limit: Limit, cost: float, outcome: Outcome, consume: bool) -> PolicyStatus:
