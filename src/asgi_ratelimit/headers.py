@@ -52,6 +52,8 @@ RawHeader = tuple[bytes, bytes]
 # response_headers' renderers: style -> policy name -> its OnePolicyHeaders (bounded).
 _RENDERERS: dict[str, dict[str, OnePolicyHeaders]] = {style: {} for style in _STYLES}
 _RENDERERS_SIZE = 1024
+# raw_headers' RateLimit-Policy values of several policies: (name, limit id, ...) -> bytes.
+_POLICY_LISTS: dict[tuple[str, ...], bytes] = {}
 # sf-integers have at most 15 digits.
 _SF_INTEGER_MAX = 999_999_999_999_999
 
@@ -117,8 +119,15 @@ def raw_headers(decision: Decision, style: HeaderStyle = "both") -> list[tuple[b
             state = _state_bytes(policy)
         headers.append((_RAW_STATE, state))
     else:
-        items = [_policy_bytes(p.name, p.limit.burst, p.limit.period) for p in policies]
-        headers.append((_RAW_POLICY, b", ".join(items)))
+        # The RateLimit-Policy value of a set of policies never changes: built once per set.
+        key = tuple([part for p in policies for part in (p.name, p.limit.id)])
+        policy_value = _POLICY_LISTS.get(key)
+        if policy_value is None:
+            items = [_policy_bytes(p.name, p.limit.burst, p.limit.period) for p in policies]
+            policy_value = b", ".join(items)
+            if len(_POLICY_LISTS) < _RENDERERS_SIZE:
+                _POLICY_LISTS[key] = policy_value
+        headers.append((_RAW_POLICY, policy_value))
         headers.append((_RAW_STATE, b", ".join([_state_bytes(p) for p in policies])))
     return headers
 
@@ -212,9 +221,9 @@ class OnePolicyHeaders:
 
 
 def _state_bytes(policy: PolicyStatus) -> bytes:
-    # _state_item, in bytes.
+    # _state_item, in bytes (both numbers are whole: %d writes them as str() would).
     wait = _whole_seconds(policy.retry_after if not policy.allowed else policy.reset_after)
-    return _quoted(policy.name) + f";r={_sf_int(policy.remaining)};t={wait}".encode("latin-1")
+    return b"%s;r=%d;t=%d" % (_quoted(policy.name), _sf_int(policy.remaining), wait)
 
 
 @functools.lru_cache(maxsize=1024)
