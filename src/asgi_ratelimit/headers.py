@@ -128,7 +128,19 @@ def raw_headers(decision: Decision, style: HeaderStyle = "both") -> list[tuple[b
             if len(_POLICY_LISTS) < _RENDERERS_SIZE:
                 _POLICY_LISTS[key] = policy_value
         headers.append((_RAW_POLICY, policy_value))
-        headers.append((_RAW_STATE, b", ".join([_state_bytes(p) for p in policies])))
+        items = []
+        for p in policies:  # _state_bytes, inlined for the usual numbers (whole, in range)
+            left = p.remaining
+            wait = p.reset_after if p.allowed else p.retry_after
+            if (
+                left.__class__ is int
+                and 0 <= left <= _SF_INTEGER_MAX
+                and 0 < wait < _SF_INTEGER_MAX
+            ):
+                items.append(b"%s;r=%d;t=%d" % (_quoted(p.name), left, math.ceil(wait)))
+            else:
+                items.append(_state_bytes(p))
+        headers.append((_RAW_STATE, b", ".join(items)))
     return headers
 
 
@@ -221,9 +233,9 @@ class OnePolicyHeaders:
 
 
 def _state_bytes(policy: PolicyStatus) -> bytes:
-    # _state_item, in bytes (both numbers are whole: %d writes them as str() would).
+    # _state_item, in bytes.
     wait = _whole_seconds(policy.retry_after if not policy.allowed else policy.reset_after)
-    return b"%s;r=%d;t=%d" % (_quoted(policy.name), _sf_int(policy.remaining), wait)
+    return _quoted(policy.name) + f";r={_sf_int(policy.remaining)};t={wait}".encode("latin-1")
 
 
 @functools.lru_cache(maxsize=1024)
