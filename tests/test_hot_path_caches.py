@@ -30,22 +30,24 @@ from asgi_ratelimit import (
     RateLimitMiddleware,
     Rule,
 )
+from asgi_ratelimit import responses as responses_module
 from asgi_ratelimit.algorithms import sliding_window_counter as swc
 from asgi_ratelimit.backends.base import Check
 from asgi_ratelimit.backends.memory import MemoryBackend
 from asgi_ratelimit.backends.memory_entries import _BITS, _pack, _pack_any, _unpack
-from asgi_ratelimit.decision import PolicyStatus
+from asgi_ratelimit.decision import HeaderStyle, PolicyStatus
 from asgi_ratelimit.headers import (
     _RENDERERS,
     _RENDERERS_SIZE,
     OnePolicyHeaders,
-    _whole_seconds,
     raw_headers,
     response_headers,
+    whole_seconds,
 )
 from asgi_ratelimit.request import _IP_CACHE_SIZE
 from asgi_ratelimit.request_routes import _MAX_CACHED_PATH, _ROUTE_CACHE_SIZE
 from asgi_ratelimit.request_routes import route_of as _route
+from asgi_ratelimit.responses import _build_denied, denied_parts
 from tests.conftest import FakeClock
 
 SETTINGS = settings(max_examples=120, deadline=None)
@@ -263,7 +265,7 @@ def test_one_policy_renderer_is_raw_headers(
     for remaining, reset_after in numbers * 2:
         decision = Decision.from_one(PolicyStatus(name, limit, True, remaining, reset_after, 0.0))
         expected = tuple(raw_headers(decision, style))
-        assert renderer.render(remaining, _whole_seconds(reset_after)) == expected
+        assert renderer.render(remaining, whole_seconds(reset_after)) == expected
         assert response_headers(decision, style) == expected
 
 
@@ -578,3 +580,43 @@ async def test_app_set_rate_limit_headers_are_recognised_in_any_case() -> None:
         plain = await client.get("/none")
         assert plain.headers.get_list("x-ratelimit-limit") == ["5"]
         assert plain.headers["x-ratelimit-remaining"] == "3"
+
+
+# -- the 429 of one policy, built once per set of values -------------------------------------
+
+denied_statuses = st.builds(
+    PolicyStatus,
+    name=st.sampled_from(["login", "search"]),
+    limit=st.sampled_from(LIMITS[:3]),
+    allowed=st.just(False),
+    remaining=st.integers(0, 3),
+    reset_after=st.sampled_from([0.0, 0.2, 0.9999, 1.0, 1.0001, 59.5, math.inf]),
+    retry_after=st.sampled_from([0.0, 0.3, 1.0, 1.5, 2.0, math.inf]),
+)
+
+
+@SETTINGS
+@given(
+    st.lists(denied_statuses, min_size=1, max_size=12),
+    st.sampled_from(["both", "legacy", "ietf", "none"]),
+)
+def test_cached_429s_are_the_429s_built_afresh(
+    statuses: list[PolicyStatus], style: HeaderStyle
+) -> None:
+    # The cache is keyed by every value the 429 depends on: a sequence of denials that share
+    # some values and differ in others always gets the 429 built for it.
+    for status in statuses:
+        decision = Decision.from_one(status)
+        fresh_headers, fresh_body = _build_denied(decision, style)
+        code, headers, body = denied_parts(decision, style)
+        assert (code, headers, body) == (429, fresh_headers, fresh_body)
+        headers.append((b"x-added-by", b"an outer middleware"))  # in place, as some do
+        assert denied_parts(decision, style)[1] == fresh_headers
+
+
+def test_cached_429s_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(responses_module, "_DENIED_SIZE", 8)
+    for remaining in range(50):
+        status = PolicyStatus("p", LIMITS[0], False, remaining % 4, remaining, 1.0)
+        denied_parts(Decision.from_one(status), "both")
+        assert len(responses_module._DENIED) <= 8

@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .decision import Decision, HeaderStyle, PolicyStatus
 
-__all__ = ["OnePolicyHeaders", "decision_headers", "raw_headers", "response_headers"]
+__all__ = [
+    "OnePolicyHeaders",
+    "decision_headers",
+    "raw_headers",
+    "response_headers",
+    "whole_seconds",
+]
 
 RETRY_AFTER = "Retry-After"
 LIMIT = "X-RateLimit-Limit"
@@ -70,7 +76,7 @@ def decision_headers(decision: Decision, style: HeaderStyle = "both") -> list[tu
     if style in ("both", "legacy"):
         headers.append((LIMIT, str(_sf_int(decision.limit))))
         headers.append((REMAINING, str(_sf_int(decision.remaining))))
-        headers.append((RESET, str(_whole_seconds(decision.reset_after))))
+        headers.append((RESET, str(whole_seconds(decision.reset_after))))
     if style in ("both", "ietf"):
         policies = decision.policies
         headers.append(
@@ -101,7 +107,7 @@ def raw_headers(decision: Decision, style: HeaderStyle = "both") -> list[tuple[b
     remaining = decision.remaining
     reset_after = decision.reset_after
     remaining_bytes = str(_sf_int(remaining)).encode("latin-1")
-    reset_bytes = str(_whole_seconds(reset_after)).encode("latin-1")
+    reset_bytes = str(whole_seconds(reset_after)).encode("latin-1")
     if style != "ietf":
         headers.append((_RAW_LIMIT, str(_sf_int(decision.limit)).encode("latin-1")))
         headers.append((_RAW_REMAINING, remaining_bytes))
@@ -173,11 +179,11 @@ def response_headers(decision: Decision, style: HeaderStyle = "both") -> Sequenc
                 if len(renderers) >= _RENDERERS_SIZE:
                     renderers.clear()  # bounded: start over rather than grow
                 renderers[policy.name] = renderer
-            # _whole_seconds, its usual case inlined.
+            # whole_seconds, its usual case inlined.
             seconds = (
                 math.ceil(reset_after)
                 if 0 < reset_after < _SF_INTEGER_MAX
-                else _whole_seconds(reset_after)
+                else whole_seconds(reset_after)
             )
             return renderer.render(remaining, seconds)
     return tuple(raw_headers(decision, style))
@@ -234,7 +240,7 @@ class OnePolicyHeaders:
 
 def _state_bytes(policy: PolicyStatus) -> bytes:
     # _state_item, in bytes.
-    wait = _whole_seconds(policy.retry_after if not policy.allowed else policy.reset_after)
+    wait = whole_seconds(policy.retry_after if not policy.allowed else policy.reset_after)
     return _quoted(policy.name) + f";r={_sf_int(policy.remaining)};t={wait}".encode("latin-1")
 
 
@@ -259,11 +265,12 @@ def _state_item(policy: PolicyStatus) -> str:
     # Draft 10+ defines t as the seconds until more quota is available: for a policy that
     # denied, that is exactly when the request would pass; otherwise the quota's full reset.
     wait = policy.retry_after if not policy.allowed else policy.reset_after
-    return f"{_sf_string(policy.name)};r={remaining};t={_whole_seconds(wait)}"
+    return f"{_sf_string(policy.name)};r={remaining};t={whole_seconds(wait)}"
 
 
-def _whole_seconds(seconds: float) -> int:
-    # Rounded up: a client that waits this long never arrives early.
+def whole_seconds(seconds: float) -> int:
+    """Seconds as the headers write them: rounded up (a client that waits this long never
+    arrives early), 0 for none, negative, NaN or infinite, at most the sf-integer maximum."""
     if 0 < seconds < _SF_INTEGER_MAX:  # the usual case; NaN and infinity fail the test
         return math.ceil(seconds)
     if seconds <= 0 or math.isnan(seconds):

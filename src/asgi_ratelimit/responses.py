@@ -24,7 +24,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from .headers import raw_headers
+from .headers import raw_headers, whole_seconds
 
 if TYPE_CHECKING:
     from starlette.responses import Response
@@ -88,9 +88,37 @@ def _problem_body(policy: str | None, retry: int | None, violated: tuple[str, ..
 
 def denied_parts(decision: Decision, style: HeaderStyle) -> tuple[int, RawHeaders, bytes]:
     """Status, raw headers and body of the 429 for ``decision``."""
+    # A client over its limit keeps asking: within a second its 429 is the same bytes. For
+    # one policy they depend only on the values in this key (everything raw_headers and
+    # problem_body read), so they are built once per key; the list is copied, since a
+    # middleware further out may add headers to it in place.
+    if len(decision.policies) == 1:
+        p = decision.policies[0]
+        key = (
+            style, decision.allowed, decision.policy, decision.retry_after_header,
+            decision.limit, decision.remaining, whole_seconds(decision.reset_after),
+            p.name, p.limit.id, p.allowed, p.remaining,
+            whole_seconds(p.reset_after if p.allowed else p.retry_after),
+        )  # fmt: skip
+        cached = _DENIED.get(key)
+        if cached is None:
+            if len(_DENIED) >= _DENIED_SIZE:
+                _DENIED.clear()
+            cached = _DENIED[key] = _build_denied(decision, style)
+        return 429, list(cached[0]), cached[1]
+    headers, body = _build_denied(decision, style)
+    return 429, headers, body
+
+
+def _build_denied(decision: Decision, style: HeaderStyle) -> tuple[RawHeaders, bytes]:
     body = problem_body(decision)
     # raw_headers always carries Retry-After on a denial, even with style "none".
-    return 429, [*_content_headers(body), *raw_headers(decision, style)], body
+    return [*_content_headers(body), *raw_headers(decision, style)], body
+
+
+#: denied_parts' answers for one policy, by every value they depend on (bounded).
+_DENIED: dict[tuple[object, ...], tuple[RawHeaders, bytes]] = {}
+_DENIED_SIZE = 1024
 
 
 def forbidden_parts() -> tuple[int, RawHeaders, bytes]:
