@@ -170,9 +170,9 @@ async def test_refund_undoes_a_hit_for_every_algorithm(
         check = [Check("r", limit, 2)]
         before = await backend.peek(check)
         keys = [backend.storage_key("r", limit)]
-        reply = await backend._eval("hit", check, keys, round(clock.now * 1_000_000))
+        reply = await backend._script.call("hit", check, keys, round(clock.now * 1_000_000))
         assert await backend.peek(check) != before
-        await backend._eval("refund", check, keys, decode(reply, check)[0])
+        await backend._script.call("refund", check, keys, decode(reply, check)[0])
         assert await backend.peek(check) == before, limit
 
 
@@ -284,7 +284,7 @@ async def test_cross_slot_request_refunds_when_a_slot_denies_late(
         async def evaluate(mode, group, group_keys, now):  # type: ignore[no-untyped-def]
             if mode == "hit" and not raced:
                 raced.append(await backend.hit([checks[last]]))  # the concurrent request
-            return await backend._eval(mode, group, group_keys, now)
+            return await backend._script.call(mode, group, group_keys, now)
 
         _, outcomes, _ = await run_across_slots(
             evaluate, cluster.keyslot, "hit", checks, keys, round(clock.now * 1_000_000)

@@ -381,20 +381,10 @@ class RedisBackend:
             assert isinstance(cluster, aioredis.RedisCluster)
             if len({cluster.keyslot(key) for key in storage_keys}) > 1:
                 return await run_across_slots(
-                    self._eval, cluster.keyslot, mode, checks, storage_keys, now_us
+                    self._script.call, cluster.keyslot, mode, checks, storage_keys, now_us
                 )
         reply = await self._script.call(mode, checks, storage_keys, now_us, want_state)
         return decode(reply, checks)
-
-    async def _eval(
-        self,
-        mode: Mode,
-        checks: Sequence[Check],
-        storage_keys: Sequence[str],
-        now_us: int | None,
-        want_state: bool = False,
-    ) -> Any:
-        return await self._script.call(mode, checks, storage_keys, now_us, want_state)
 
 
 def _pool_size(client: aioredis.Redis | aioredis.RedisCluster) -> int:
