@@ -18,7 +18,7 @@
 --             5 gcra, 6 leaky_bucket), amount, period_us, burst, cost
 -- returns   - one binary string: two doubles (struct "<dd"): now_us and flags (1: all
 --             allowed; 2: the numbers that follow are integers), then six numbers per
---             check, eight-byte integers ("<l", when every one is whole) or doubles:
+--             check, eight-byte integers ("<i8", when every one is whole) or doubles:
 --             allowed (1/0), remaining, reset_us, retry_us (inf if it can never pass),
 --             delay_us, ttl_us; then, when asked for and denied, each check's stored
 --             state as stored (binary or text), each preceded by its length as a double.
@@ -402,9 +402,8 @@ end
 -- binary bytes). Otherwise (fractional costs, amounts too large for exact arithmetic) a NUL
 -- (text never starts with one) and little-endian doubles: exact, and ten times cheaper for
 -- Lua to write and read than general text. An integer below 2^53 is returned as a number,
--- which string.format('%d') writes exactly in one C call (about 11,000 instructions a key
--- less than building the text in Lua, measured with callgrind on redis-server, for values
--- past 1e14 that tostring cannot write in one piece).
+-- which `store` writes exactly with one string.format('%d'): cheaper than building its text
+-- in Lua (two tostring calls past 1e14), measured with callgrind on redis-server.
 local function pack_state(code, state, amount, period, burst)
   if code == 1 or code == 3 then
     local m = amount + 1
@@ -568,7 +567,7 @@ if mode == 'hit' and all_allowed then
 end
 
 -- Every number whole (the usual case): eight-byte integers, which the client takes as they
--- are; else doubles, exact for fractions and infinity. Bit 2 of the head's flags says which.
+-- are; else doubles, exact for fractions and infinity. The head's flags (+2) say which.
 local whole = 2
 for i = 1, #checks do
   local o = outcomes[i]
@@ -578,7 +577,7 @@ for i = 1, #checks do
     break
   end
 end
-local layout = whole == 2 and '<llllll' or '<dddddd'
+local layout = whole == 2 and '<i8i8i8i8i8i8' or '<dddddd'
 local reply = {pack('<dd', now, (all_allowed and 1 or 0) + whole)}
 for i = 1, #checks do
   local o = outcomes[i]
