@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from .access import AccessList, IPAddress
-from .backends.base import Check
+from .backends.base import Backend, Check
+from .backends.memory import MemoryBackend
 from .decision import Decision, HeaderStyle
 from .errors import ConfigurationError
 from .identity.base import Identity, IdentitySource, Scope
@@ -82,6 +83,7 @@ class RequestLimiting:
     default_tier: str
     allow: AccessList
     deny: AccessList
+    backend: Backend
     header_style: HeaderStyle
     _warned: set[str]
     _address_key: str
@@ -93,6 +95,8 @@ class RequestLimiting:
         def _decide_sole(
             self, sole: tuple[str, str, Limit, float], identity: Identity, consume: bool
         ) -> Decision | None: ...
+
+        async def _decide_one(self, rule: Rule, identity: Identity, consume: bool) -> Decision: ...
 
         async def decide(
             self,
@@ -243,6 +247,9 @@ class RequestLimiting:
             identity = await self.identify(scope)
         route, rules = self._route_rules(scope)
         if len(rules) == 1 and rules[0].sole is not None:
+            if self.backend.__class__ is not MemoryBackend:
+                # Redis: one awaited check, without the general path's lists.
+                return Verdict("checked", await self._decide_one(rules[0], identity, consume))
             decision = self._decide_sole(rules[0].sole, identity, consume)
             if decision is not None:
                 return Verdict("checked", decision)
@@ -266,7 +273,7 @@ class RequestLimiting:
 
         What the middleware calls on every request: no `Verdict` to build and unpack.
         """
-        if self._lists or not self._ip_only:
+        if self._lists or not self._ip_only or self.backend.__class__ is not MemoryBackend:
             return None
         rules = self._route_rules(scope)[1]
         if len(rules) != 1:

@@ -16,7 +16,9 @@ from asgi_ratelimit.backends.memory import MemoryBackend
 from asgi_ratelimit.backends.redis import RedisBackend, limit_code
 from asgi_ratelimit.backends.redis_script import decode
 from asgi_ratelimit.errors import ConfigurationError
+from asgi_ratelimit.limiter import RateLimiter
 from asgi_ratelimit.rates import Limit
+from asgi_ratelimit.rules import Rule
 from tests.backends.conftest import RedisServer, require_redis_binaries
 from tests.conftest import FakeClock
 
@@ -315,3 +317,28 @@ def test_deny_cache_is_bounded(clock: FakeClock) -> None:
     assert not expected.allowed
     assert cache.answer(["k9"], [Check("k9", limit)], later) == [expected]
     assert cache.answer(["k0"], [Check("k0", limit)], later) is None  # evicted
+
+
+async def test_one_limit_path_decides_like_the_general_path(
+    redis_url: str, prefix: str, clock: FakeClock
+) -> None:
+    # check_request's one-check path (one rule, one limit) and decide() of the general path's
+    # checks, alternating on one Redis limiter, answer as one memory limiter: same counts,
+    # same keys, same decisions.
+    rule = Rule("/items/{id}", limits=Limit("3/second", algorithm="token_bucket"))
+    backend = RedisBackend.from_url(redis_url, prefix=prefix, clock=clock)
+    on_redis = RateLimiter(backend=backend, rules=[rule])
+    in_memory = RateLimiter(backend=MemoryBackend(clock=clock), rules=[rule])
+    assert rule.sole is not None
+    for step in range(16):
+        clock.advance(0.13 * (step % 4))
+        peer = f"198.51.100.{step % 2}"
+        scope = {"type": "http", "method": "GET", "path": f"/items/{step}", "client": (peer, 1)}
+        identity = await in_memory.identify(scope)
+        expected = await in_memory.decide(await in_memory.request_checks(scope, identity), identity)
+        if step % 3:
+            actual = (await on_redis.check_request(scope)).decision
+        else:
+            actual = await on_redis.decide(await on_redis.request_checks(scope, identity), identity)
+        assert actual == expected, step
+    await backend.aclose()

@@ -22,6 +22,7 @@ from asgi_ratelimit.backends.redis_script import FUNCTION_NAME
 from asgi_ratelimit.errors import BackendError, ConfigurationError
 from asgi_ratelimit.limiter import PolicyCheck, RateLimiter
 from asgi_ratelimit.rates import Limit
+from asgi_ratelimit.rules import Rule
 from tests.backends.conftest import (
     REDIS_CLI,
     RedisServer,
@@ -73,6 +74,26 @@ async def test_each_failure_policy(prefix: str, policy: str, pattern: list[bool]
     assert [d.allowed for d in decisions] == pattern
     if policy == "deny":
         assert decisions[0].retry_after == 1.0  # the limiter's outage answer
+
+
+async def test_one_limit_requests_get_their_rules_policy_during_an_outage(prefix: str) -> None:
+    # A request matched by one rule with one limit takes the one-check path on Redis: its
+    # failure still gets that rule's policy.
+    scope = {"type": "http", "method": "POST", "path": "/login", "client": ("203.0.113.9", 1)}
+    async with _nowhere(prefix) as backend:
+        limiter = RateLimiter(
+            backend=backend,
+            rules=[
+                Rule("/login", limits="5/minute", on_backend_error="deny"),
+                Rule("/search", limits="5/minute"),
+            ],
+            on_backend_error="allow",
+        )
+        assert limiter.rules[0].sole is not None
+        login = (await limiter.check_request(scope)).decision
+        search = (await limiter.check_request({**scope, "path": "/search"})).decision
+    assert (login.allowed, login.policy, login.retry_after) == (False, "/login", 1.0)
+    assert search.allowed and search.policies == ()
 
 
 async def test_policies_per_rule_login_fails_closed_search_fails_open(prefix: str) -> None:
