@@ -232,28 +232,6 @@ class RateLimiter(RequestLimiting):
             )
         return Decision.from_one(_status(name, limit, cost, outcome, consume), identity)
 
-    async def _decide_one(self, rule: Rule, identity: Identity, consume: bool) -> Decision:
-        """`decide` for a request whose only check is ``rule.sole``, on an awaited backend.
-
-        What a request of one rule with one limit costs on Redis: one `Check`, no lists of
-        `PolicyCheck`s; a failure gets the rule's policy as in `decide`.
-        """
-        assert rule.sole is not None
-        prefix, name, limit, cost = rule.sole
-        check = Check(prefix + identity.key, limit, cost)
-        backend = self.backend
-        try:
-            outcomes = await (backend.hit([check]) if consume else backend.peek([check]))
-        except ConfigurationError:
-            raise
-        except Exception as exc:  # a broken backend must never take the app down
-            policy_check = PolicyCheck(name, check, rule.on_backend_error)
-            return await self._decide_in_outage([policy_check], identity, consume, exc)
-        if self._in_outage:
-            self._in_outage = False
-            logger.warning("rate limit backend %r is back; limits are enforced again", backend)
-        return Decision.from_one(_status(name, limit, cost, outcomes[0], consume), identity)
-
     async def _decide_in_outage(
         self,
         checks: Sequence[PolicyCheck],

@@ -96,8 +96,6 @@ class RequestLimiting:
             self, sole: tuple[str, str, Limit, float], identity: Identity, consume: bool
         ) -> Decision | None: ...
 
-        async def _decide_one(self, rule: Rule, identity: Identity, consume: bool) -> Decision: ...
-
         async def decide(
             self,
             checks: Sequence[PolicyCheck],
@@ -247,9 +245,6 @@ class RequestLimiting:
             identity = await self.identify(scope)
         route, rules = self._route_rules(scope)
         if len(rules) == 1 and rules[0].sole is not None:
-            if self.backend.__class__ is not MemoryBackend:
-                # Redis: one awaited check, without the general path's lists.
-                return Verdict("checked", await self._decide_one(rules[0], identity, consume))
             decision = self._decide_sole(rules[0].sole, identity, consume)
             if decision is not None:
                 return Verdict("checked", decision)

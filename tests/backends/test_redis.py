@@ -319,12 +319,12 @@ def test_deny_cache_is_bounded(clock: FakeClock) -> None:
     assert cache.answer(["k0"], [Check("k0", limit)], later) is None  # evicted
 
 
-async def test_one_limit_path_decides_like_the_general_path(
+async def test_check_request_on_redis_decides_like_memory(
     redis_url: str, prefix: str, clock: FakeClock
 ) -> None:
-    # check_request's one-check path (one rule, one limit) and decide() of the general path's
-    # checks, alternating on one Redis limiter, answer as one memory limiter: same counts,
-    # same keys, same decisions.
+    # check_request (one rule, one limit: the memory backend's shortcut shape) and decide()
+    # of request_checks, alternating on one Redis limiter, answer as one memory limiter:
+    # same counts, same keys, same decisions.
     rule = Rule("/items/{id}", limits=Limit("3/second", algorithm="token_bucket"))
     backend = RedisBackend.from_url(redis_url, prefix=prefix, clock=clock)
     on_redis = RateLimiter(backend=backend, rules=[rule])

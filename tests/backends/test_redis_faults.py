@@ -77,8 +77,8 @@ async def test_each_failure_policy(prefix: str, policy: str, pattern: list[bool]
 
 
 async def test_one_limit_requests_get_their_rules_policy_during_an_outage(prefix: str) -> None:
-    # A request matched by one rule with one limit takes the one-check path on Redis: its
-    # failure still gets that rule's policy.
+    # A request matched by one rule with one limit (the shape the memory backend decides
+    # without an await) gets that rule's failure policy on Redis, not the limiter's.
     scope = {"type": "http", "method": "POST", "path": "/login", "client": ("203.0.113.9", 1)}
     async with _nowhere(prefix) as backend:
         limiter = RateLimiter(
