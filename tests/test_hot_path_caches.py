@@ -44,7 +44,7 @@ from asgi_ratelimit.headers import (
     response_headers,
     whole_seconds,
 )
-from asgi_ratelimit.request import _IP_CACHE_SIZE
+from asgi_ratelimit.request_identity import _IP_CACHE_SIZE
 from asgi_ratelimit.request_routes import _MAX_CACHED_PATH, _ROUTE_CACHE_SIZE
 from asgi_ratelimit.request_routes import route_of as _route
 from asgi_ratelimit.responses import _build_denied, denied_parts
