@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from asgi_ratelimit import ClientIP, Decision, Identity, Limit, RateLimiter, Rule
 from asgi_ratelimit.algorithms.base import NEVER, Outcome
 from asgi_ratelimit.backends.base import Check
-from asgi_ratelimit.decision import PolicyStatus
+from asgi_ratelimit.decision import PolicyStatus, policy_status, policy_statuses
 from asgi_ratelimit.headers import decision_headers, raw_headers
-from asgi_ratelimit.limiter import PolicyCheck, _status, _statuses
+from asgi_ratelimit.limiter import PolicyCheck
 from asgi_ratelimit.paths import _normalize, normalize_path
 from asgi_ratelimit.ruleset import _CACHE_SIZE, RuleSet
 
@@ -158,7 +158,7 @@ def _binding_by_definition(policies: tuple[PolicyStatus, ...], who: Identity) ->
     )  # fmt: skip
 
 
-policy_statuses = st.builds(
+policy_status_values = st.builds(
     PolicyStatus,
     name=st.sampled_from(["a", "b", "c"]),
     limit=st.sampled_from([LIMIT, Limit("3/second"), Limit("5/hour", algorithm="token_bucket")]),
@@ -171,7 +171,7 @@ policy_statuses = st.builds(
 
 
 @SETTINGS
-@given(st.lists(policy_statuses, min_size=2, max_size=5).map(tuple))
+@given(st.lists(policy_status_values, min_size=2, max_size=5).map(tuple))
 def test_several_policies_bind_as_defined(policies: tuple[PolicyStatus, ...]) -> None:
     # Ties matter: the least left, then the latest reset, then the first in order.
     who = Identity("user:1", "free", "jwt")
@@ -255,5 +255,5 @@ def test_policy_statuses_built_directly_match_the_general_rule(
 ) -> None:
     checks = [PolicyCheck(f"p{i}", Check("k", LIMIT, 1)) for i in range(len(found))]
     pairs = zip(checks, found, strict=True)
-    expected = tuple(_status(pc.name, LIMIT, 1, o, consume) for pc, o in pairs)
-    assert _statuses(checks, found, consume) == expected
+    expected = tuple(policy_status(pc.name, LIMIT, 1, o, consume) for pc, o in pairs)
+    assert policy_statuses(checks, found, consume) == expected

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
+from .algorithms import NEVER, Outcome
 from .identity.base import Identity
 from .rates import Limit
 
-__all__ = ["Decision", "HeaderStyle", "PolicyStatus"]
+__all__ = ["Decision", "HeaderStyle", "PolicyStatus", "policy_status", "policy_statuses"]
+
+if TYPE_CHECKING:
+    from .request import PolicyCheck
 
 HeaderStyle = Literal["both", "legacy", "ietf", "none"]
 
@@ -141,3 +146,51 @@ class Decision:
         from .headers import decision_headers
 
         return dict(decision_headers(self, style))
+
+
+def policy_statuses(
+    checks: Sequence[PolicyCheck], outcomes: Sequence[Outcome], consume: bool
+) -> tuple[PolicyStatus, ...]:
+    """The policies of a request, from its checks and the backend's outcomes, in order."""
+    if len(checks) == 1 and len(outcomes) == 1:  # one limit: the usual case, on every request
+        pc = checks[0]
+        check = pc.check
+        return (policy_status(pc.name, check.limit, check.cost, outcomes[0], consume),)
+    statuses = []
+    for pc, outcome in zip(checks, outcomes, strict=True):
+        remaining = outcome.remaining
+        limit = pc.check.limit
+        if consume and outcome.allowed and remaining.__class__ is int:
+            # `policy_status` for an admitted request with a whole count left (whole costs:
+            # the usual request), built directly as in `RateLimiter._decide_sole`.
+            if not 0 <= remaining <= limit.burst:
+                remaining = max(0, min(limit.burst, remaining))
+            delay = outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0
+            statuses.append(
+                PolicyStatus(
+                    pc.name, limit, True, remaining, outcome.reset_us / 1_000_000, 0.0, delay
+                )
+            )
+        else:
+            statuses.append(policy_status(pc.name, limit, pc.check.cost, outcome, consume))
+    return tuple(statuses)
+
+
+def policy_status(
+    name: str, limit: Limit, cost: float, outcome: Outcome, consume: bool
+) -> PolicyStatus:
+    """One limit's `PolicyStatus` from its outcome (``consume=False``: a peek, before it)."""
+    remaining = outcome.remaining
+    if not consume and outcome.allowed:
+        remaining += cost  # a peek reports what is left now, before this request
+    retry = outcome.retry_us
+    # Positional, and limit.burst for limit.capacity: this runs on every request.
+    return PolicyStatus(
+        name,
+        limit,
+        outcome.allowed,
+        max(0, min(limit.burst, math.floor(remaining))),
+        outcome.reset_us / 1_000_000,
+        NEVER if retry == NEVER else retry / 1_000_000,
+        outcome.delay_us / 1_000_000,
+    )

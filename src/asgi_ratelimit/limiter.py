@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from .algorithms import NEVER, Outcome
 from .backends.base import Backend, Check
 from .backends.memory import MemoryBackend
-from .decision import Decision, HeaderStyle, PolicyStatus
+from .decision import Decision, HeaderStyle, PolicyStatus, policy_status, policy_statuses
 from .errors import ConfigurationError
 from .identity.base import Identity, IdentitySource
 from .rates import Limit, LimitsLike, parse_limits
@@ -183,7 +181,7 @@ class RateLimiter(RequestLimiting):
                     "rate limit backend %r is back; limits are enforced again", self.backend
                 )
             return Decision.from_one(
-                _status(pc.name, check.limit, check.cost, outcome, consume), identity
+                policy_status(pc.name, check.limit, check.cost, outcome, consume), identity
             )
         plain = [pc.check for pc in checks]
         try:
@@ -195,7 +193,7 @@ class RateLimiter(RequestLimiting):
         if self._in_outage:
             self._in_outage = False
             logger.warning("rate limit backend %r is back; limits are enforced again", self.backend)
-        return Decision.from_policies(_statuses(checks, outcomes, consume), identity)
+        return Decision.from_policies(policy_statuses(checks, outcomes, consume), identity)
 
     def _decide_sole(
         self, sole: tuple[str, str, Limit, float], identity: Identity, consume: bool
@@ -219,9 +217,10 @@ class RateLimiter(RequestLimiting):
             logger.warning("rate limit backend %r is back; limits are enforced again", backend)
         remaining = outcome.remaining
         if outcome.allowed and consume and remaining.__class__ is int:
-            # `Decision.from_one(_status(...))` for an admitted request with a whole count left
-            # (every request of a whole cost): the same values, built directly. An admitted
-            # request never has more left than the capacity nor less than 0, and waits 0.
+            # `Decision.from_one(policy_status(...))` for an admitted request with a whole
+            # count left (every request of a whole cost): the same values, built directly. An
+            # admitted request never has more left than the capacity nor less than 0, and
+            # waits 0.
             if not 0 <= remaining <= limit.burst:
                 remaining = max(0, min(limit.burst, remaining))
             reset_after = outcome.reset_us / 1_000_000
@@ -230,7 +229,7 @@ class RateLimiter(RequestLimiting):
             return Decision(
                 True, limit.burst, remaining, reset_after, 0.0, delay, name, identity, (status,)
             )
-        return Decision.from_one(_status(name, limit, cost, outcome, consume), identity)
+        return Decision.from_one(policy_status(name, limit, cost, outcome, consume), identity)
 
     async def _decide_in_outage(
         self,
@@ -261,7 +260,7 @@ class RateLimiter(RequestLimiting):
                 self._fallback = MemoryBackend()
             plain = [pc.check for pc in fallback_checks]
             hit = self._fallback.hit_sync(plain, commit=consume)
-            statuses.extend(_statuses(fallback_checks, hit, consume))
+            statuses.extend(policy_statuses(fallback_checks, hit, consume))
         return Decision.from_policies(tuple(statuses), identity)
 
     # -- FastAPI and Starlette endpoints (dependencies.py, decorators.py, openapi.py) ----------
@@ -303,50 +302,6 @@ class RateLimiter(RequestLimiting):
         from .openapi import document
 
         document(self, app)
-
-
-def _statuses(
-    checks: Sequence[PolicyCheck], outcomes: Sequence[Outcome], consume: bool
-) -> tuple[PolicyStatus, ...]:
-    if len(checks) == 1 and len(outcomes) == 1:  # one limit: the usual case, on every request
-        pc = checks[0]
-        check = pc.check
-        return (_status(pc.name, check.limit, check.cost, outcomes[0], consume),)
-    statuses = []
-    for pc, outcome in zip(checks, outcomes, strict=True):
-        remaining = outcome.remaining
-        limit = pc.check.limit
-        if consume and outcome.allowed and remaining.__class__ is int:
-            # `_status` for an admitted request with a whole count left (whole costs: the
-            # usual request), built directly as in `_decide_sole`: once per limit per request.
-            if not 0 <= remaining <= limit.burst:
-                remaining = max(0, min(limit.burst, remaining))
-            delay = outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0
-            statuses.append(
-                PolicyStatus(
-                    pc.name, limit, True, remaining, outcome.reset_us / 1_000_000, 0.0, delay
-                )
-            )
-        else:
-            statuses.append(_status(pc.name, limit, pc.check.cost, outcome, consume))
-    return tuple(statuses)
-
-
-def _status(name: str, limit: Limit, cost: float, outcome: Outcome, consume: bool) -> PolicyStatus:
-    remaining = outcome.remaining
-    if not consume and outcome.allowed:
-        remaining += cost  # a peek reports what is left now, before this request
-    retry = outcome.retry_us
-    # Positional, and limit.burst for limit.capacity: this runs on every request.
-    return PolicyStatus(
-        name,
-        limit,
-        outcome.allowed,
-        max(0, min(limit.burst, math.floor(remaining))),
-        outcome.reset_us / 1_000_000,
-        NEVER if retry == NEVER else retry / 1_000_000,
-        outcome.delay_us / 1_000_000,
-    )
 
 
 def as_limit(value: Limit | str) -> Limit:
