@@ -8,17 +8,14 @@ failure policy. A local deny cache answers floods from one identity without call
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import sys
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 try:
     import redis.asyncio as aioredis
-    from redis.exceptions import RedisClusterException, RedisError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"') from exc
 
@@ -27,11 +24,11 @@ from ..clock import Clock
 from ..errors import BackendError, ConfigurationError
 from ..rates import Limit
 from .base import Check
-from .budget import BudgetExceeded, Watchdog
 from .circuit import CircuitBreaker
 from .deny_cache import DenyCache
 from .redis_calls import ScriptCaller
 from .redis_cluster import run_across_slots
+from .redis_guard import CallGuard
 from .redis_keys import KeyNames, limit_code
 from .redis_script import (
     EXACT_LIMIT,
@@ -43,13 +40,8 @@ from .redis_script import (
 __all__ = ["EXACT_LIMIT", "RedisBackend", "limit_code"]
 
 logger = logging.getLogger("asgi_ratelimit")
-_T = TypeVar("_T")
 
-#: Seconds allowed for the first call, which opens connections (and maps a cluster's slots).
-_FIRST_CALL_BUDGET = 2.0
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-#: The shared-timer budget needs Task.uncancel (3.11); 3.10 uses asyncio.wait_for.
-_HAS_UNCANCEL = sys.version_info >= (3, 11)
 #: With an injected clock Redis still expires keys on its own clock; this margin keeps state
 #: alive while a fake clock crawls (kept state past its TTL decides exactly like no state).
 _INJECTED_CLOCK_TTL_MARGIN = 60.0
@@ -103,22 +95,19 @@ class RedisBackend:
         self.timeout = float(timeout)
         self._clock = clock
         self._ttl_margin_ms = 0 if clock is None else int(_INJECTED_CLOCK_TTL_MARGIN * 1000)
-        self._breaker = CircuitBreaker(threshold=failure_threshold, cooldown=cooldown)
-        # On a cluster, one breaker per node: a dead node's keys fail fast while the other
-        # nodes keep counting.
-        self._node_breakers: dict[str, CircuitBreaker] = {}
+        # The time budget and circuit breakers of every call (one breaker per cluster node).
+        self._guard = CallGuard(
+            client,
+            owner=self,
+            timeout=self.timeout,
+            failure_threshold=failure_threshold,
+            cooldown=cooldown,
+            max_in_flight=max_in_flight,
+        )
         self.deny_cache: DenyCache | None = DenyCache() if deny_cache else None
         self._owns_client = owns_client
-        # redis-py refuses a call (MaxConnectionsError) when its pool is exhausted; a burst of
-        # requests waits here for a connection instead, within its budget.
-        self._in_flight = asyncio.Semaphore(max_in_flight or _pool_size(client))
-        # The first call connects (and, on a cluster, discovers the slots): it gets a larger
-        # budget so an app's first requests are not counted as an outage. Only the first:
-        # when Redis is down from the start, later calls must not wait that long.
-        self._warm = False
         self._last_clock_us = 0
         self._keys = KeyNames(prefix)
-        self._watchdog = Watchdog()
         # How the script's calls reach Redis (its own pipelined connection where it can).
         self._script = ScriptCaller(client, ttl_margin_ms=self._ttl_margin_ms)
 
@@ -176,31 +165,7 @@ class RedisBackend:
     @property
     def circuit(self) -> CircuitBreaker:
         """The circuit breaker of a single Redis (on a cluster: of calls not tied to a node)."""
-        return self._breaker
-
-    def _breakers_for(self, storage_keys: Sequence[str]) -> list[CircuitBreaker]:
-        client = self._client
-        if not self._cluster:
-            return [self._breaker]
-        assert isinstance(client, aioredis.RedisCluster)
-        names = set()
-        for key in storage_keys:
-            try:
-                node = client.get_node_from_key(key)
-            except RedisClusterException:  # slots not mapped yet (or not covered)
-                return [self._breaker]
-            if node is None:
-                return [self._breaker]
-            names.add(node.name)
-        breakers = []
-        for name in sorted(names):
-            breaker = self._node_breakers.get(name)
-            if breaker is None:
-                breaker = self._node_breakers[name] = CircuitBreaker(
-                    threshold=self._breaker.threshold, cooldown=self._breaker.cooldown
-                )
-            breakers.append(breaker)
-        return breakers
+        return self._guard.breaker
 
     validate_limit = staticmethod(validate_limit)
 
@@ -230,9 +195,9 @@ class RedisBackend:
             if local is not None:
                 return local
         sent_at = self._local_now()
-        now_us, outcomes, states = await self._guarded(
+        now_us, outcomes, states = await self._guard.run(
             self._run(mode, checks, storage_keys),
-            self._breakers_for(storage_keys) if self._cluster else (),
+            self._guard.breakers_for(storage_keys) if self._cluster else (),
             pooled=self._script.pooled,
         )
         if cache is not None:
@@ -253,7 +218,7 @@ class RedisBackend:
         tag_prefix = self._keys.prefix_of(key)
         if self.deny_cache is not None:
             self.deny_cache.forget_prefix(tag_prefix)
-        await self._guarded(self._reset(key, tag_prefix, limits))
+        await self._guard.run(self._reset(key, tag_prefix, limits))
 
     async def _reset(self, key: str, tag_prefix: str, limits: Sequence[Limit] | None) -> None:
         if limits is not None:
@@ -283,7 +248,7 @@ class RedisBackend:
         Raises `BackendError` when Redis is unreachable; ``async with backend`` logs that and
         carries on, so an app starts (with its failure policy) while Redis is down.
         """
-        await self._guarded(self._script.load())
+        await self._guard.run(self._script.load())
 
     async def __aenter__(self) -> RedisBackend:
         try:
@@ -302,9 +267,7 @@ class RedisBackend:
 
     def __repr__(self) -> str:
         kind = "cluster" if self._cluster else "redis"
-        breakers = [self._breaker, *self._node_breakers.values()]
-        state = "open" if any(b.state == "open" for b in breakers) else "closed"
-        return f"RedisBackend({kind}, prefix={self.prefix!r}, circuit={state!r})"
+        return f"RedisBackend({kind}, prefix={self.prefix!r}, circuit={self._guard.state!r})"
 
     # -- deciding -----------------------------------------------------------------------
 
@@ -315,59 +278,6 @@ class RedisBackend:
             self._last_clock_us = now
             return now
         return time.monotonic_ns() // 1000
-
-    async def _guarded(
-        self,
-        call: Coroutine[Any, Any, _T],
-        breakers: Sequence[CircuitBreaker] = (),
-        pooled: bool = True,
-    ) -> _T:
-        """Run one storage call within the budget, through the circuit breaker(s).
-
-        A ``pooled`` call borrows a connection of the client's pool, so it first waits for
-        one of ``max_in_flight`` slots; a call on the lane (one pipelined connection) never
-        waits for a connection.
-        """
-        if not breakers:
-            breakers = (self._breaker,)
-        for breaker in breakers:
-            if not breaker.allow():
-                call.close()
-                raise BackendError(f"{self!r}: circuit open after repeated failures; not calling")
-        if pooled:
-            call = self._limited(call)
-        if self._warm:
-            budget = self.timeout
-        else:
-            budget = max(self.timeout, _FIRST_CALL_BUDGET)
-            self._warm = True
-        try:
-            if _HAS_UNCANCEL:
-                result = await self._watchdog.run(call, budget)
-            else:  # pragma: no cover - Python 3.10 (no Task.uncancel)
-                result = await asyncio.wait_for(call, budget)
-        except (BudgetExceeded, asyncio.TimeoutError) as exc:
-            for breaker in breakers:
-                breaker.failure()
-            raise BackendError(f"redis call exceeded its {budget * 1000:g} ms budget") from exc
-        except (RedisError, RedisClusterException, OSError) as exc:
-            for breaker in breakers:
-                breaker.failure()
-            raise BackendError(f"redis failed: {type(exc).__name__}: {exc}") from exc
-        for breaker in breakers:
-            breaker.success()
-        return result
-
-    async def _limited(self, call: Coroutine[Any, Any, _T]) -> _T:
-        try:
-            await self._in_flight.acquire()
-        except BaseException:  # the budget ran out while waiting: the call never starts
-            call.close()
-            raise
-        try:
-            return await call
-        finally:
-            self._in_flight.release()
 
     async def _run(
         self, mode: Mode, checks: Sequence[Check], storage_keys: Sequence[str]
@@ -385,15 +295,6 @@ class RedisBackend:
                 )
         reply = await self._script.call(mode, checks, storage_keys, now_us, want_state)
         return decode(reply, checks)
-
-
-def _pool_size(client: aioredis.Redis | aioredis.RedisCluster) -> int:
-    """How many connections the client may open (per node on a cluster)."""
-    if isinstance(client, aioredis.RedisCluster):
-        size = client.nodes_manager.connection_kwargs.get("max_connections")
-    else:
-        size = getattr(client.connection_pool, "max_connections", None)
-    return size if isinstance(size, int) and size > 0 else 100
 
 
 def _glob_escape(text: str) -> str:
