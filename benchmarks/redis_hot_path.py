@@ -38,7 +38,7 @@ import redis.asyncio as aioredis
 from asgi_ratelimit import Limit, RateLimiter
 from asgi_ratelimit.backends.base import Check
 from asgi_ratelimit.backends.redis import RedisBackend
-from asgi_ratelimit.backends.redis_script import SCRIPT, SCRIPT_SHA, encode
+from asgi_ratelimit.backends.redis._script import SCRIPT, SCRIPT_SHA, encode
 from asgi_ratelimit.limiter import PolicyCheck
 
 __all__ = ["main"]

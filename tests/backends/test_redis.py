@@ -13,8 +13,9 @@ import redis.asyncio as aioredis
 
 from asgi_ratelimit.backends.base import Check
 from asgi_ratelimit.backends.memory import MemoryBackend
-from asgi_ratelimit.backends.redis import RedisBackend, limit_code
-from asgi_ratelimit.backends.redis_script import decode
+from asgi_ratelimit.backends.redis import RedisBackend
+from asgi_ratelimit.backends.redis._keys import limit_code
+from asgi_ratelimit.backends.redis._script import decode
 from asgi_ratelimit.errors import ConfigurationError
 from asgi_ratelimit.limiter import RateLimiter
 from asgi_ratelimit.rates import Limit
@@ -266,7 +267,7 @@ async def test_cross_slot_request_refunds_when_a_slot_denies_late(
     redis_cluster_url: str, prefix: str, clock: FakeClock
 ) -> None:
     """A concurrent request takes the last unit between the peek and the commit: undo."""
-    from asgi_ratelimit.backends.redis_cluster import run_across_slots
+    from asgi_ratelimit.backends.redis._cross_slot import run_across_slots
 
     async with RedisBackend.from_url(
         redis_cluster_url, prefix=prefix, clock=clock, timeout=2.0
@@ -300,7 +301,7 @@ async def test_cross_slot_request_refunds_when_a_slot_denies_late(
 
 def test_deny_cache_is_bounded(clock: FakeClock) -> None:
     from asgi_ratelimit.algorithms import DECIDERS
-    from asgi_ratelimit.backends.deny_cache import DenyCache
+    from asgi_ratelimit.backends.redis._deny_cache import DenyCache
 
     decide = DECIDERS["sliding_window_counter"]
     cache = DenyCache(max_entries=4)

@@ -16,9 +16,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from asgi_ratelimit.backends.base import Check
-from asgi_ratelimit.backends.circuit import CircuitBreaker
 from asgi_ratelimit.backends.redis import RedisBackend
-from asgi_ratelimit.backends.redis_script import FUNCTION_NAME
+from asgi_ratelimit.backends.redis._circuit import CircuitBreaker
+from asgi_ratelimit.backends.redis._script import FUNCTION_NAME
 from asgi_ratelimit.errors import BackendError, ConfigurationError
 from asgi_ratelimit.limiter import PolicyCheck, RateLimiter
 from asgi_ratelimit.rates import Limit

@@ -19,13 +19,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from asgi_ratelimit.backends.base import Check
-from asgi_ratelimit.backends.budget import BudgetExceeded, Watchdog
 from asgi_ratelimit.backends.memory import MemoryBackend
-from asgi_ratelimit.backends.redis import RedisBackend, limit_code
-from asgi_ratelimit.backends.redis_direct import DirectScript
-from asgi_ratelimit.backends.redis_lane import ScriptLane, _Replies
-from asgi_ratelimit.backends.redis_resp import command, frame
-from asgi_ratelimit.backends.redis_script import (
+from asgi_ratelimit.backends.redis import RedisBackend
+from asgi_ratelimit.backends.redis._budget import BudgetExceeded, Watchdog
+from asgi_ratelimit.backends.redis._direct import DirectScript
+from asgi_ratelimit.backends.redis._keys import limit_code
+from asgi_ratelimit.backends.redis._lane import ScriptLane, _Replies
+from asgi_ratelimit.backends.redis._resp import command, frame
+from asgi_ratelimit.backends.redis._script import (
     SCRIPT,
     SCRIPT_SHA,
     decode,
@@ -350,7 +351,7 @@ async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix
 
 
 def test_key_prefix_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from asgi_ratelimit.backends import redis_keys
+    from asgi_ratelimit.backends.redis import _keys as redis_keys
 
     monkeypatch.setattr(redis_keys, "KEY_CACHE_SIZE", 8)
     backend = RedisBackend(aioredis.Redis(), prefix="p:")

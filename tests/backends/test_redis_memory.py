@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from asgi_ratelimit.backends.base import Check
 from asgi_ratelimit.backends.memory import MemoryBackend
 from asgi_ratelimit.backends.redis import RedisBackend
-from asgi_ratelimit.backends.redis_script import SCRIPT_SHA, decode, encode, parse_state
+from asgi_ratelimit.backends.redis._script import SCRIPT_SHA, decode, encode, parse_state
 from asgi_ratelimit.rates import Limit
 from tests.backends.test_equivalence import _compare
 from tests.conftest import FakeClock

@@ -19,18 +19,18 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"') from exc
 
-from ..algorithms import Outcome
-from ..clock import Clock
-from ..errors import BackendError, ConfigurationError
-from ..rates import Limit
-from .base import Check
-from .circuit import CircuitBreaker
-from .deny_cache import DenyCache
-from .redis_calls import ScriptCaller
-from .redis_cluster import run_across_slots
-from .redis_guard import CallGuard
-from .redis_keys import KeyNames, limit_code
-from .redis_script import (
+from ...algorithms import Outcome
+from ...clock import Clock
+from ...errors import BackendError, ConfigurationError
+from ...rates import Limit
+from ..base import Check
+from ._calls import ScriptCaller
+from ._circuit import CircuitBreaker
+from ._cross_slot import run_across_slots
+from ._deny_cache import DenyCache
+from ._guard import CallGuard
+from ._keys import KeyNames, limit_code
+from ._script import (
     EXACT_LIMIT,
     Mode,
     decode,

@@ -14,9 +14,9 @@ import base64
 import hashlib
 from collections.abc import Sequence
 
-from ..rates import Limit
-from .base import Check
-from .redis_script import validate_limit
+from ...rates import Limit
+from ..base import Check
+from ._script import validate_limit
 
 __all__ = ["KeyNames", "limit_code"]
 

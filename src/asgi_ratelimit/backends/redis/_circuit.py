@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from ..errors import ConfigurationError
+from ...errors import ConfigurationError
 
 __all__ = ["CircuitBreaker", "CircuitState"]
 

@@ -15,9 +15,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ..algorithms import Outcome
-from .base import Check
-from .redis_script import Mode, decode
+from ...algorithms import Outcome
+from ..base import Check
+from ._script import Mode, decode
 
 __all__ = ["run_across_slots"]
 

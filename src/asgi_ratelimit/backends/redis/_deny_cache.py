@@ -28,9 +28,9 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ..algorithms import DECIDERS, Outcome, State
-from ..rates import Limit
-from .base import Check
+from ...algorithms import DECIDERS, Outcome, State
+from ...rates import Limit
+from ..base import Check
 
 __all__ = ["DenyCache"]
 

@@ -37,7 +37,7 @@ from redis.exceptions import (
     RedisError,
 )
 
-from .redis_resp import Incomplete, pack, parse
+from ._resp import Incomplete, pack, parse
 
 __all__ = ["ScriptLane"]
 

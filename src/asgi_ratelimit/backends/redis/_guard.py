@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisClusterException, RedisError
 
-from ..errors import BackendError
-from .budget import BudgetExceeded, Watchdog
-from .circuit import CircuitBreaker
+from ...errors import BackendError
+from ._budget import BudgetExceeded, Watchdog
+from ._circuit import CircuitBreaker
 
 __all__ = ["CallGuard"]
 

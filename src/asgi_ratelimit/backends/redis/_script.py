@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Literal
 
-from ..algorithms import Outcome, State
-from ..errors import ConfigurationError
-from ..rates import Limit
-from .base import Check
-from .redis_resp import frame
+from ...algorithms import Outcome, State
+from ...errors import ConfigurationError
+from ...rates import Limit
+from ..base import Check
+from ._resp import frame
 
 __all__ = [
     "ALGORITHM_CODES",

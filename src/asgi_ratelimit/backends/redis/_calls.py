@@ -29,11 +29,11 @@ import redis.asyncio as aioredis
 from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, ResponseError
 
-from .base import Check
-from .redis_direct import DirectScript
-from .redis_lane import ScriptLane
-from .redis_resp import command, frame, pack
-from .redis_script import (
+from ..base import Check
+from ._direct import DirectScript
+from ._lane import ScriptLane
+from ._resp import command, frame, pack
+from ._script import (
     FUNCTION_NAME,
     LIBRARY,
     SCRIPT,
