@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .backends.base import Backend, Check
 from .backends.memory import MemoryBackend
 from .decision import Decision, HeaderStyle, PolicyStatus, policy_status, policy_statuses
-from .errors import ConfigurationError
+from .errors import BackendError, ConfigurationError
 from .identity.base import Identity, IdentitySource
 from .rates import Limit, LimitsLike, parse_limits
 from .request import Access, PolicyCheck, RequestLimiting, Verdict
@@ -100,7 +100,7 @@ class RateLimiter(RequestLimiting):
             for named in rule.tiers.values():
                 self.supported_limits(limit for _, limit in named)
         self._fallback: MemoryBackend | None = None
-        self._in_outage = False
+        self._failures_logged: set[str] = set()
 
     def supported_limits(self, limits: Iterable[Limit]) -> tuple[Limit, ...]:
         """``limits``, once the backend confirmed it can decide each exactly.
@@ -171,28 +171,16 @@ class RateLimiter(RequestLimiting):
             check = pc.check
             try:
                 outcome = self.backend.hit_one(check.key, check.limit, check.cost, consume)
-            except ConfigurationError:
-                raise
             except Exception as exc:  # a broken clock: the same failure policy as any backend
                 return await self._decide_in_outage(checks, identity, consume, exc)
-            if self._in_outage:
-                self._in_outage = False
-                logger.warning(
-                    "rate limit backend %r is back; limits are enforced again", self.backend
-                )
             return Decision.from_one(
                 policy_status(pc.name, check.limit, check.cost, outcome, consume), identity
             )
         plain = [pc.check for pc in checks]
         try:
             outcomes = await (self.backend.hit(plain) if consume else self.backend.peek(plain))
-        except ConfigurationError:
-            raise  # a limit the backend cannot decide is a bug to fix, not an outage
         except Exception as exc:  # a broken backend must never take the app down
             return await self._decide_in_outage(checks, identity, consume, exc)
-        if self._in_outage:
-            self._in_outage = False
-            logger.warning("rate limit backend %r is back; limits are enforced again", self.backend)
         return Decision.from_policies(policy_statuses(checks, outcomes, consume), identity)
 
     def _decide_sole(
@@ -212,9 +200,6 @@ class RateLimiter(RequestLimiting):
             outcome = backend.hit_one(prefix + identity.key, limit, cost, consume)
         except Exception:  # nothing was stored: the general path meets the failure again
             return None
-        if self._in_outage:
-            self._in_outage = False
-            logger.warning("rate limit backend %r is back; limits are enforced again", backend)
         remaining = outcome.remaining
         if outcome.allowed and consume and remaining.__class__ is int:
             # `Decision.from_one(policy_status(...))` for an admitted request with a whole
@@ -238,11 +223,15 @@ class RateLimiter(RequestLimiting):
         consume: bool,
         exc: Exception,
     ) -> Decision:
-        if not self._in_outage:
-            self._in_outage = True
+        # A BackendError is an outage its backend reports in the log itself (one ERROR when
+        # it starts, one WARNING when it ends); anything else is a fault to show, once.
+        failure = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, BackendError) and failure not in self._failures_logged:
+            if len(self._failures_logged) < 64:
+                self._failures_logged.add(failure)
             logger.error(
-                "rate limit backend %r failed (%s: %s); applying on_backend_error until it is back",
-                self.backend, type(exc).__name__, exc,
+                "rate limit backend %r raised %s; applying on_backend_error (logged once)",
+                self.backend, failure,
             )  # fmt: skip
         statuses: list[PolicyStatus] = []
         fallback_checks: list[PolicyCheck] = []

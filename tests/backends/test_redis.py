@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from redis.crc import key_slot
 
 from asgi_ratelimit.backends.base import Check
 from asgi_ratelimit.backends.memory import MemoryBackend
@@ -62,7 +63,9 @@ def test_import_without_redis_names_the_extra() -> None:
         "except ImportError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == 'RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"'
+    assert out.stdout.strip() == (
+        'RedisBackend needs redis-py and hiredis: pip install "asgi-rate-limit[redis]"'
+    )
 
 
 @pytest.mark.parametrize(
@@ -88,13 +91,17 @@ def test_a_non_client_or_unknown_scheme_is_refused() -> None:
         RedisBackend.from_url("http://localhost:6379")
 
 
-async def test_from_url_builds_the_right_client(redis_cluster_url: str) -> None:
-    tls = RedisBackend.from_url("rediss://localhost:6380/0")
-    assert isinstance(tls.client, aioredis.Redis)
-    assert tls.client.connection_pool.connection_class.__name__ == "SSLConnection"
-    await tls.aclose()
+async def test_from_url_understands_every_scheme(redis_cluster_url: str) -> None:
+    tls = RedisBackend.from_url("rediss://u:secret@localhost:6380/2?ssl_cert_reqs=none")
+    assert repr(tls) == "RedisBackend(standalone localhost:6380, prefix='rl:')"
+    assert "secret" not in repr(tls._target)
+    server = tls._target.servers[0]
+    assert (server.tls is not None, server.username, server.db) == (True, "u", 2)
+    sentinel = RedisBackend.from_url("redis+sentinel://s1:26379,[::1]:26380/mymaster/1")
+    assert repr(sentinel) == "RedisBackend(sentinel s1:26379,::1:26380/mymaster, prefix='rl:')"
+    assert sentinel._target.master is not None and sentinel._target.master.db == 1
     async with RedisBackend.from_url(redis_cluster_url) as cluster:
-        assert isinstance(cluster.client, aioredis.RedisCluster)
+        assert cluster._topology.cluster and len(cluster._topology.nodes) == 3
         assert (await cluster.hit([Check("k", Limit("1/minute"))]))[0].allowed
 
 
@@ -173,9 +180,9 @@ async def test_refund_undoes_a_hit_for_every_algorithm(
         check = [Check("r", limit, 2)]
         before = await backend.peek(check)
         keys = [backend.storage_key("r", limit)]
-        reply = await backend._script.call("hit", check, keys, round(clock.now * 1_000_000))
+        reply = await backend._evaluate("hit", check, keys, round(clock.now * 1_000_000))
         assert await backend.peek(check) != before
-        await backend._script.call("refund", check, keys, decode(reply, check)[0])
+        await backend._evaluate("refund", check, keys, decode(reply, check)[0])
         assert await backend.peek(check) == before, limit
 
 
@@ -272,12 +279,10 @@ async def test_cross_slot_request_refunds_when_a_slot_denies_late(
     async with RedisBackend.from_url(
         redis_cluster_url, prefix=prefix, clock=clock, timeout=2.0
     ) as backend:
-        cluster = backend.client
-        assert isinstance(cluster, aioredis.RedisCluster)
         limit = Limit("1/minute", algorithm="fixed_window")
         checks = [Check("f", limit), Check("g", limit)]
         keys = [backend.storage_key(c.key, c.limit) for c in checks]
-        slots = [cluster.keyslot(key) for key in keys]
+        slots = [key_slot(key.encode()) for key in keys]
         assert slots[0] != slots[1]
         # The slot committed last is the one the racing request empties.
         last = slots.index(max(slots))
@@ -287,10 +292,15 @@ async def test_cross_slot_request_refunds_when_a_slot_denies_late(
         async def evaluate(mode, group, group_keys, now):  # type: ignore[no-untyped-def]
             if mode == "hit" and not raced:
                 raced.append(await backend.hit([checks[last]]))  # the concurrent request
-            return await backend._script.call(mode, group, group_keys, now)
+            return await backend._evaluate(mode, group, group_keys, now)
 
         _, outcomes, _ = await run_across_slots(
-            evaluate, cluster.keyslot, "hit", checks, keys, round(clock.now * 1_000_000)
+            evaluate,
+            lambda key: key_slot(key.encode()),
+            "hit",
+            checks,
+            keys,
+            round(clock.now * 1_000_000),
         )
         assert raced[0][0].allowed  # the racer got the unit
         assert outcomes[first].allowed and not outcomes[last].allowed

@@ -1,47 +1,53 @@
-"""`RedisBackend`: limits shared by every process and host, on Redis, Valkey or Redis Cluster.
+"""`RedisBackend`: limits shared by every process and host, on Redis, Valkey, Sentinel or Cluster.
 
-Every request is one EVALSHA of one Lua script that decides all its checks atomically, with
-the arithmetic of the pure algorithms (see ``lua/ratelimit.lua``). Calls have a time budget
-and a circuit breaker; every driver error becomes `BackendError` so the limiter can apply its
-failure policy. A local deny cache answers floods from one identity without calling Redis.
+Every request is one call of one Lua script that decides all its checks atomically, with the
+arithmetic of the pure algorithms (``lua/ratelimit.lua``), on one pipelined connection per
+server (`Connection`). A server that fails (unreachable, silent for the budget, unable to
+serve) raises `BackendError`, so the limiter applies its failure policy, until a probe gets a
+real answer again (`Node`). A local deny cache answers floods from one identity without
+calling Redis.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any
 
 try:
+    import hiredis  # noqa: F401  (the reply parser: part of the extra)
     import redis.asyncio as aioredis
+    from redis.crc import key_slot
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError('RedisBackend needs redis-py: pip install "asgi-rate-limit[redis]"') from exc
+    raise ImportError(
+        'RedisBackend needs redis-py and hiredis: pip install "asgi-rate-limit[redis]"'
+    ) from exc
 
 from ...algorithms import Outcome
 from ...clock import Clock
 from ...errors import BackendError, ConfigurationError
 from ...rates import Limit
 from ..base import Check
-from ._calls import ScriptCaller
-from ._circuit import CircuitBreaker
+from ._connection import ConnectionLost, ReplyError
 from ._cross_slot import run_across_slots
 from ._deny_cache import DenyCache
-from ._guard import CallGuard
-from ._keys import KeyNames, limit_code
-from ._script import (
-    EXACT_LIMIT,
-    Mode,
-    decode,
-    validate_limit,
-)
+from ._health import Health
+from ._keys import KeyNames
+from ._node import Node, fix_for
+from ._resp import pack
+from ._script import Mode, decode, validate_limit
+from ._script_caller import ScriptCaller
+from ._server import ServerSettings
+from ._target import Target
+from ._topology import Cluster, SentinelMaster, Topology
 
-__all__ = ["EXACT_LIMIT", "RedisBackend", "limit_code"]
+__all__ = ["RedisBackend"]
 
 logger = logging.getLogger("asgi_ratelimit")
 
-_CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 #: With an injected clock Redis still expires keys on its own clock; this margin keeps state
 #: alive while a fake clock crawls (kept state past its TTL decides exactly like no state).
 _INJECTED_CLOCK_TTL_MARGIN = 60.0
@@ -51,15 +57,20 @@ class RedisBackend:
     """Limit state in Redis (or Valkey), shared by every worker and host.
 
         backend = RedisBackend.from_url("redis://localhost:6379/0")
-        backend = RedisBackend.from_url("redis+cluster://node1:7000")     # Redis Cluster
+        backend = RedisBackend.from_url("redis+cluster://node1:7000")            # Cluster
+        backend = RedisBackend.from_url("redis+sentinel://sentinel:26379/mymaster")  # Sentinel
         backend = RedisBackend(redis.asyncio.Redis(...), prefix="myapp:rl:")
-        async with backend:
+        async with backend:                      # in the app's lifespan
             limiter = RateLimiter(backend=backend, on_backend_error="fallback")
 
-    ``timeout`` is the budget of one call in seconds; after ``failure_threshold`` consecutive
-    failures the circuit opens and calls fail at once for ``cooldown`` seconds, then one probe
-    goes through. ``clock`` (tests) replaces the server's ``TIME``. ``deny_cache`` answers
-    repeated denials locally (see `DenyCache`). A client you pass in stays yours to close.
+    ``timeout`` is how long a server may stay silent, with our commands outstanding, before
+    it counts as failing (a burst or a busy event loop never does: see `Connection`). A
+    failing server is not called again until a probe, every ``cooldown`` seconds in the
+    background, gets an answer. ``fail_fast=True`` makes ``async with backend`` raise
+    `ConfigurationError` when Redis is unreachable or refuses the configuration, instead of
+    starting with the failure policy. ``clock`` (tests) replaces the server's ``TIME``;
+    ``deny_cache`` answers repeated denials locally (see `DenyCache`). A client you pass in
+    only lends its settings (address, TLS, credentials, database) and stays yours to close.
     """
 
     def __init__(
@@ -70,46 +81,20 @@ class RedisBackend:
         timeout: float = 0.05,
         clock: Clock | None = None,
         deny_cache: bool = True,
-        failure_threshold: int = 3,
-        cooldown: float = 1.0,
-        max_in_flight: int | None = None,
-        owns_client: bool = False,
+        failure_threshold: int = 1,
+        cooldown: float = 0.25,
+        fail_fast: bool = False,
     ) -> None:
         if not isinstance(client, (aioredis.Redis, aioredis.RedisCluster)):
             raise ConfigurationError(
                 f"RedisBackend(client={client!r}): expected a redis.asyncio.Redis or "
                 "RedisCluster (or use RedisBackend.from_url('redis://host:6379/0'))"
             )
-        if not isinstance(prefix, str) or any(c in prefix for c in "{}"):
-            raise ConfigurationError(
-                f"RedisBackend(prefix={prefix!r}): must be a str without '{{' or '}}' "
-                "(braces would change the Redis Cluster hash slot), e.g. 'rl:'"
-            )
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ConfigurationError(
-                f"RedisBackend(timeout={timeout!r}): must be a number of seconds > 0 (e.g. 0.05)"
-            )
-        self._client = client
-        self._cluster = isinstance(client, aioredis.RedisCluster)
-        self.prefix = prefix
-        self.timeout = float(timeout)
-        self._clock = clock
-        self._ttl_margin_ms = 0 if clock is None else int(_INJECTED_CLOCK_TTL_MARGIN * 1000)
-        # The time budget and circuit breakers of every call (one breaker per cluster node).
-        self._guard = CallGuard(
-            client,
-            owner=self,
-            timeout=self.timeout,
-            failure_threshold=failure_threshold,
-            cooldown=cooldown,
-            max_in_flight=max_in_flight,
-        )
-        self.deny_cache: DenyCache | None = DenyCache() if deny_cache else None
-        self._owns_client = owns_client
-        self._last_clock_us = 0
-        self._keys = KeyNames(prefix)
-        # How the script's calls reach Redis (its own pipelined connection where it can).
-        self._script = ScriptCaller(client, ttl_margin_ms=self._ttl_margin_ms)
+        self._client: aioredis.Redis | aioredis.RedisCluster | None = client
+        self._setup(
+            Target.from_client(client), prefix, timeout, clock, deny_cache, failure_threshold,
+            cooldown, fail_fast,
+        )  # fmt: skip
 
     @classmethod
     def from_url(
@@ -120,54 +105,101 @@ class RedisBackend:
         timeout: float = 0.05,
         clock: Clock | None = None,
         deny_cache: bool = True,
-        failure_threshold: int = 3,
-        cooldown: float = 1.0,
-        max_connections: int = 64,
-        **client_options: Any,
+        failure_threshold: int = 1,
+        cooldown: float = 0.25,
+        fail_fast: bool = False,
+        **options: Any,
     ) -> RedisBackend:
-        """Connect to ``redis://``, ``rediss://``, ``unix://`` or ``redis+cluster://host:port``.
+        """Redis at ``redis://``, ``rediss://`` or ``unix://``; a Cluster at
+        ``redis+cluster://host:port[,host:port...]``; the master of a Sentinel service at
+        ``redis+sentinel://host:26379[,host:26379...]/service[/db]``.
 
-        ``client_options`` go to redis-py (e.g. ``password=``, ``ssl_ca_certs=``).
+        ``options`` are redis-py's connection options (``password=``, ``ssl_ca_certs=``,
+        ``socket_connect_timeout=``...), plus ``sentinel_username=`` and
+        ``sentinel_password=`` for the sentinels.
         """
-        scheme, sep, rest = url.partition("://")
-        if not sep or scheme not in ("redis", "rediss", "unix", *_CLUSTER_SCHEMES):
+        backend = cls.__new__(cls)
+        backend._client = None
+        backend._setup(
+            Target.from_url(url, options), prefix, timeout, clock, deny_cache,
+            failure_threshold, cooldown, fail_fast,
+        )  # fmt: skip
+        return backend
+
+    def _setup(
+        self,
+        target: Target,
+        prefix: str,
+        timeout: float,
+        clock: Clock | None,
+        deny_cache: bool,
+        failure_threshold: int,
+        cooldown: float,
+        fail_fast: bool,
+    ) -> None:
+        if not isinstance(prefix, str) or any(c in prefix for c in "{}"):
             raise ConfigurationError(
-                f"RedisBackend.from_url({url!r}): unknown scheme (use redis://, rediss://, "
-                "unix:// or redis+cluster://host:port)"
+                f"RedisBackend(prefix={prefix!r}): must be a str without '{{' or '}}' "
+                "(braces would change the Redis Cluster hash slot), e.g. 'rl:'"
             )
-        # A connect that hangs must not outlive many budgets; the budget still bounds a call.
-        client_options.setdefault("socket_connect_timeout", max(1.0, timeout))
-        client: aioredis.Redis | aioredis.RedisCluster
-        if scheme in _CLUSTER_SCHEMES:
-            client = aioredis.RedisCluster.from_url(
-                f"{_CLUSTER_SCHEMES[scheme]}://{rest}",
-                max_connections=max_connections,
-                **client_options,
+        _positive("timeout", timeout, "0.05")
+        _positive("cooldown", cooldown, "0.25")
+        if (
+            isinstance(failure_threshold, bool)
+            or not isinstance(failure_threshold, int)
+            or failure_threshold < 1
+        ):
+            raise ConfigurationError(
+                f"RedisBackend(failure_threshold={failure_threshold!r}): must be a whole "
+                "number >= 1 (e.g. 1)"
+            )
+        if not isinstance(fail_fast, bool):
+            raise ConfigurationError(f"RedisBackend(fail_fast={fail_fast!r}): True or False")
+        self.prefix = prefix
+        self.timeout = float(timeout)
+        self.fail_fast = fail_fast
+        self._clock = clock
+        self._last_clock_us = 0
+        self._keys = KeyNames(prefix)
+        self.deny_cache: DenyCache | None = DenyCache() if deny_cache else None
+        ttl_margin_ms = 0 if clock is None else int(_INJECTED_CLOCK_TTL_MARGIN * 1000)
+        self._script = ScriptCaller(ttl_margin_ms=ttl_margin_ms)
+        self.health = Health(lambda: repr(self))
+
+        def make_node(
+            server: ServerSettings,
+            locate: Callable[[], Awaitable[ServerSettings]] | None = None,
+        ) -> Node:
+            return Node(
+                server, budget=self.timeout, health=self.health, probe=self._probe,
+                threshold=failure_threshold, cooldown=float(cooldown), locate=locate,
+            )  # fmt: skip
+
+        self._target = target
+        self._topology: Topology
+        if target.kind == "cluster":
+            self._topology = Cluster(target.servers, make_node)
+        elif target.kind == "sentinel":
+            assert target.service is not None and target.master is not None
+            self._topology = SentinelMaster(
+                target.servers, target.service, target.master, make_node
             )
         else:
-            client = aioredis.from_url(url, max_connections=max_connections, **client_options)
-        return cls(
-            client,
-            prefix=prefix,
-            timeout=timeout,
-            clock=clock,
-            deny_cache=deny_cache,
-            failure_threshold=failure_threshold,
-            cooldown=cooldown,
-            max_in_flight=max_connections,
-            owns_client=True,
-        )
+            self._topology = Topology(make_node(target.servers[0]))
 
     @property
-    def client(self) -> aioredis.Redis | aioredis.RedisCluster:
+    def client(self) -> aioredis.Redis | aioredis.RedisCluster | None:
+        """The redis-py client this backend was built from (None for `from_url`)."""
         return self._client
 
     @property
-    def circuit(self) -> CircuitBreaker:
-        """The circuit breaker of a single Redis (on a cluster: of calls not tied to a node)."""
-        return self._guard.breaker
+    def healthy(self) -> bool:
+        """False while any server is failing (the failure policy answers its calls)."""
+        return not self.health.in_outage
 
-    validate_limit = staticmethod(validate_limit)
+    def validate_limit(self, limit: Limit) -> Limit:
+        """``limit``, once known to be decided exactly here (every valid `Limit` is)."""
+        return validate_limit(limit)
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -181,11 +213,7 @@ class RedisBackend:
     # -- the protocol -------------------------------------------------------------------
 
     async def hit(self, checks: Sequence[Check], mode: Mode = "hit") -> list[Outcome]:
-        """Decide (``mode="peek"``: without consuming) every check in one atomic call.
-
-        The hot path: every request passes here, so it is written for speed (no layers of
-        coroutines, nothing computed twice); see benchmarks/redis_hot_path.py.
-        """
+        """Decide (``mode="peek"``: without consuming) every check in one atomic call."""
         if not checks:
             return []
         storage_keys = self._keys.for_checks(checks)
@@ -195,66 +223,110 @@ class RedisBackend:
             if local is not None:
                 return local
         sent_at = self._local_now()
-        now_us, outcomes, states = await self._guard.run(
-            self._run(mode, checks, storage_keys),
-            self._guard.breakers_for(storage_keys) if self._cluster else (),
-            pooled=self._script.pooled,
-        )
+        now_us = None if self._clock is None else sent_at
+        try:
+            server_now, outcomes, states = await self._decide(mode, checks, storage_keys, now_us)
+        except ReplyError as exc:
+            raise self._refused(exc, storage_keys[0]) from exc
         if cache is not None:
-            if states is None:
+            if states is None:  # decided across Cluster slots: nothing to replay
                 cache.forget(storage_keys)
             elif len(cache) or not all(outcome.allowed for outcome in outcomes):
                 if self._clock is not None:
-                    sent_at = received_at = now_us
+                    sent_at = received_at = server_now
                 else:
                     received_at = self._local_now()
-                cache.record(storage_keys, checks, outcomes, states, now_us, sent_at, received_at)
+                cache.record(
+                    storage_keys, checks, outcomes, states, server_now, sent_at, received_at
+                )
         return outcomes
+
+    async def _decide(
+        self, mode: Mode, checks: Sequence[Check], storage_keys: Sequence[str], now_us: int | None
+    ) -> tuple[int, list[Outcome], list[Any] | None]:
+        topology = self._topology
+        if topology.cluster:
+            slots = {_slot_of(key) for key in storage_keys}
+            if len(slots) > 1:
+                # Keys of several identities on several slots: no one script can span them.
+                return await run_across_slots(
+                    self._evaluate, _slot_of, mode, checks, storage_keys, now_us
+                )
+            send = topology.sender(slots.pop())
+        else:
+            send = topology.node.call
+        want_state = self.deny_cache is not None
+        reply = await self._script.call(send, mode, checks, storage_keys, now_us, want_state)
+        return decode(reply, checks)
 
     async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
         return await self.hit(checks, "peek")
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
+        """Forget ``key``'s state for ``limits`` (all of its limits when None)."""
         tag_prefix = self._keys.prefix_of(key)
         if self.deny_cache is not None:
             self.deny_cache.forget_prefix(tag_prefix)
-        await self._guard.run(self._reset(key, tag_prefix, limits))
-
-    async def _reset(self, key: str, tag_prefix: str, limits: Sequence[Limit] | None) -> None:
-        if limits is not None:
-            keys = [self.storage_key(key, limit) for limit in limits]
-        else:
-            match = _glob_escape(tag_prefix) + "*"
-            if self._cluster:
-                cluster = self._client
-                assert isinstance(cluster, aioredis.RedisCluster)
-                node = cluster.get_node_from_key(tag_prefix)
-                keys = [k async for k in cluster.scan_iter(match=match, target_nodes=node)]
+        topology = self._topology
+        send = topology.sender(_slot_of(tag_prefix)) if topology.cluster else topology.node.call
+        try:
+            if limits is not None:
+                keys: list[bytes] = [self.storage_key(key, limit).encode() for limit in limits]
             else:
-                keys = [k async for k in self._client.scan_iter(match=match, count=1000)]
-        if keys:
-            await self._client.delete(*keys)
+                # An identity's keys share one hash tag, hence one Cluster node to scan.
+                keys, cursor = [], b"0"
+                match = _glob_escape(tag_prefix) + "*"
+                while True:
+                    cursor, batch = await send(
+                        pack(("SCAN", cursor, "MATCH", match, "COUNT", "1000"))
+                    )
+                    keys += batch
+                    if cursor == b"0":
+                        break
+            if keys:
+                await send(pack(("DEL", *keys)))
+        except ReplyError as exc:
+            raise self._refused(exc, tag_prefix) from exc
 
-    async def aclose(self) -> None:
-        if self.deny_cache is not None:
-            self.deny_cache.clear()
-        await self._script.aclose()
-        if self._owns_client:
-            await self._client.aclose()
+    # -- life cycle -----------------------------------------------------------------------
 
     async def initialize(self) -> None:
-        """Connect and load the script now rather than on the first request.
+        """Connect to every server and load the script now rather than on the first request.
 
-        Raises `BackendError` when Redis is unreachable; ``async with backend`` logs that and
-        carries on, so an app starts (with its failure policy) while Redis is down.
+        Raises `ConfigurationError` under an event loop other than asyncio's (trio), and
+        what keeps a server from serving: `ConnectionLost` (unreachable, silent, not ready)
+        or `ReplyError` (credentials, database, permissions).
         """
-        await self._guard.run(self._script.load())
+        for _, problem in await self._start():
+            raise problem
+
+    async def _start(self) -> list[tuple[Node, Exception]]:
+        """Open every server; the ones that could not serve, with why."""
+        _require_asyncio()
+        topology = self._topology
+        try:
+            await topology.initialize()
+        except (ConnectionLost, ReplyError) as exc:  # no Cluster node gave the slot map
+            return [(node, exc) for node in topology.nodes]
+        problems: list[tuple[Node, Exception]] = []
+        for node in topology.nodes:
+            try:
+                await self._probe(node)
+            except (ConnectionLost, ReplyError, BackendError) as exc:
+                problems.append((node, exc))
+        return problems
 
     async def __aenter__(self) -> RedisBackend:
-        try:
-            await self.initialize()
-        except BackendError as exc:
-            logger.warning("%r: not reachable at start-up (%s); will retry per request", self, exc)
+        """Open the backend (what an app's lifespan does): it never fails start-up unless
+        ``fail_fast=True``; then a server that cannot serve raises `ConfigurationError`."""
+        for node, exc in await self._start():
+            fix = fix_for(exc, node.server) if isinstance(exc, ReplyError) else None
+            if self.fail_fast:
+                hint = fix or "start Redis there or fix the address"
+                raise ConfigurationError(
+                    f"{self!r} cannot start: Redis at {node.name}: {exc}: {hint}"
+                ) from exc
+            node.failed(str(exc), fix)
         return self
 
     async def __aexit__(
@@ -265,11 +337,39 @@ class RedisBackend:
     ) -> None:
         await self.aclose()
 
-    def __repr__(self) -> str:
-        kind = "cluster" if self._cluster else "redis"
-        return f"RedisBackend({kind}, prefix={self.prefix!r}, circuit={self._guard.state!r})"
+    async def aclose(self) -> None:
+        if self.deny_cache is not None:
+            self.deny_cache.clear()
+        await self._topology.aclose()
 
-    # -- deciding -----------------------------------------------------------------------
+    def __repr__(self) -> str:
+        where = ",".join(server.where for server in self._target.servers)
+        service = f"/{self._target.service}" if self._target.service else ""
+        return f"RedisBackend({self._target.kind} {where}{service}, prefix={self.prefix!r})"
+
+    # -- inside -----------------------------------------------------------------------------
+
+    async def _probe(self, node: Node) -> None:
+        """Raise unless ``node`` serves: its role or cluster state, then the script runs."""
+        await self._topology.check(node)
+        await self._script.probe(node)
+
+    async def _evaluate(
+        self, mode: Mode, checks: Sequence[Check], storage_keys: Sequence[str], now: int | None
+    ) -> Any:
+        send = self._topology.sender(_slot_of(storage_keys[0]))
+        return await self._script.call(send, mode, checks, storage_keys, now)
+
+    def _refused(self, exc: ReplyError, key: str) -> BackendError:
+        """An error reply no retry cures: a configuration problem, or a bug of ours."""
+        node = self._topology.node_for(_slot_of(key)) if self._topology.cluster else None
+        node = node or self._topology.nodes[0]
+        fix = fix_for(exc, node.server)
+        if fix is not None:
+            node.failed(str(exc), fix)
+        else:
+            logger.error("%r: Redis answered an error (%s)", self, exc)
+        return BackendError(f"Redis at {node.name} answered: {exc}")
 
     def _local_now(self) -> int:
         if self._clock is not None:
@@ -279,22 +379,27 @@ class RedisBackend:
             return now
         return time.monotonic_ns() // 1000
 
-    async def _run(
-        self, mode: Mode, checks: Sequence[Check], storage_keys: Sequence[str]
-    ) -> tuple[int, list[Outcome], list[Any] | None]:
-        now_us = None if self._clock is None else self._local_now()
-        want_state = self.deny_cache is not None
-        if self._cluster:
-            # Keys of several identities may sit on several Cluster slots: no script can
-            # span them.
-            cluster = self._client
-            assert isinstance(cluster, aioredis.RedisCluster)
-            if len({cluster.keyslot(key) for key in storage_keys}) > 1:
-                return await run_across_slots(
-                    self._script.call, cluster.keyslot, mode, checks, storage_keys, now_us
-                )
-        reply = await self._script.call(mode, checks, storage_keys, now_us, want_state)
-        return decode(reply, checks)
+
+def _slot_of(key: str) -> int:
+    return key_slot(key.encode())
+
+
+def _require_asyncio() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise ConfigurationError(
+            "RedisBackend needs an asyncio event loop (asyncio or uvloop); this code runs "
+            "under another one (trio?): serve the app on asyncio or uvloop (e.g. hypercorn "
+            "-k asyncio, uvicorn), or use MemoryBackend"
+        ) from None
+
+
+def _positive(name: str, value: object, example: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigurationError(
+            f"RedisBackend({name}={value!r}): must be a number of seconds > 0 (e.g. {example})"
+        )
 
 
 def _glob_escape(text: str) -> str:

@@ -1,0 +1,208 @@
+"""One pipelined connection to one Redis server, with a budget on the server's silence.
+
+Every command is written at once and its reply matched in order (Redis answers a connection
+in order), so concurrent requests share one connection without waiting for each other;
+hiredis parses the replies.
+
+The budget is on the *server's silence*, not on a caller's wait: a connection with commands
+outstanding fails them all when the server has sent nothing for ``budget`` seconds. Measured
+that way, a burst (thousands of commands queued, answered one after another) or a busy event
+loop (replies waiting in the socket while the loop runs other work) is never taken for an
+outage. Before failing, the watchdog asks the socket itself: bytes waiting there, or commands
+of ours that the loop has not yet handed to the kernel, mean the delay is ours, and the
+budget starts again. Only a server that stops answering (stalled, partitioned, gone) trips
+it, within the budget.
+
+    connection = await open_connection(server, budget=0.05)
+    reply = await connection.send(pack(("PING",)))   # b"PONG", a ReplyError, or raises
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+from collections import deque
+from typing import Any
+
+import hiredis
+
+from ._resp import pack
+from ._server import ServerSettings
+
+__all__ = [
+    "Connection",
+    "ConnectionLost",
+    "ReplyError",
+    "ServerSilent",
+    "open_connection",
+]
+
+
+class ReplyError(Exception):
+    """An error reply from Redis (``-ERR ...``, ``-NOSCRIPT ...``): a value, not a fault."""
+
+
+class ConnectionLost(Exception):
+    """The connection closed (or could not be opened) with the call's reply outstanding."""
+
+
+class ServerSilent(ConnectionLost):
+    """The server sent nothing for the whole budget while a reply was outstanding."""
+
+
+class Connection(asyncio.Protocol):
+    """The protocol of one connection: writes go out at once; replies resolve in order."""
+
+    def __init__(self, budget: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.budget = budget
+        self.transport: asyncio.Transport | None = None
+        #: the callers' futures, in the order of their commands (a done one: a caller left)
+        self.pending: deque[asyncio.Future[Any]] = deque()
+        #: why the connection is unusable, once it is
+        self.lost: ConnectionLost | None = None
+        #: replies received so far
+        self.replies = 0
+        self._reader = hiredis.Reader(replyError=ReplyError)
+        # Loop time since which the server owes us a reply and has sent nothing.
+        self._quiet_since = 0.0
+        self._watch: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses; both write alike.
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._quiet_since = self.loop.time()
+        reader = self._reader
+        pending = self.pending
+        reader.feed(data)
+        try:
+            reply = reader.gets()
+            while reply is not False:
+                self.replies += 1
+                if pending:
+                    future = pending.popleft()
+                    if not future.done():
+                        future.set_result(reply)
+                reply = reader.gets()
+        except hiredis.ProtocolError as exc:  # not RESP: nothing after it can be trusted
+            self.close(ConnectionLost(f"bad reply from Redis: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(ConnectionLost(f"connection to Redis lost ({exc or 'closed by the server'})"))
+
+    def send(self, command: bytes) -> asyncio.Future[Any]:
+        """Write ``command`` now; the future resolves to its reply (a `ReplyError` for an
+        error reply) or fails with `ConnectionLost`."""
+        future = self.loop.create_future()
+        if self.lost is not None or self.transport is None:
+            future.set_exception(self.lost or ConnectionLost("not connected"))
+            return future
+        if not self.pending:
+            # The server owes nothing yet: its silence counts from now.
+            self._quiet_since = self.loop.time()
+            if self._watch is None:
+                self._watch = self.loop.call_at(self._quiet_since + self.budget, self._check)
+        self.pending.append(future)
+        self.transport.write(command)
+        return future
+
+    def close(self, error: ConnectionLost | None = None) -> None:
+        self._fail(error or ConnectionLost("connection closed"))
+        if self.transport is not None:
+            self.transport.abort()  # nothing queued for a server we gave up on is worth sending
+
+    def _fail(self, error: ConnectionLost) -> None:
+        if self.lost is None:
+            self.lost = error
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        while self.pending:
+            future = self.pending.popleft()
+            if not future.done():
+                future.set_exception(error)
+
+    def _check(self) -> None:
+        """The watchdog: fail the outstanding calls if the server has been silent too long."""
+        self._watch = None
+        if not self.pending or self.lost is not None:
+            return
+        now = self.loop.time()
+        due = self._quiet_since + self.budget
+        if now < due:  # replies came since the watch was set: look again at the new due time
+            self._watch = self.loop.call_at(due, self._check)
+            return
+        if self._delay_is_ours():
+            self._quiet_since = now
+            self._watch = self.loop.call_at(now + self.budget, self._check)
+            return
+        self.close(ServerSilent(f"no reply from Redis within {self.budget * 1000:g} ms"))
+
+    def _delay_is_ours(self) -> bool:
+        """Whether the server's reply is waiting on us: bytes unread in the socket, or our
+        commands still in the transport's buffer while the socket could take them."""
+        transport = self.transport
+        sock = None if transport is None else transport.get_extra_info("socket")
+        if transport is None or sock is None:
+            return False
+        try:
+            readable, writable = _socket_ready(sock.fileno())
+        except (OSError, ValueError):
+            return False
+        return readable or (writable and transport.get_write_buffer_size() > 0)
+
+
+def _socket_ready(fd: int) -> tuple[bool, bool]:
+    # poll, not select: a busy server's descriptors pass select's FD_SETSIZE (1024).
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLOUT)
+        events = 0
+        for _, mask in poller.poll(0):
+            events |= mask
+        return bool(events & (select.POLLIN | select.POLLHUP)), bool(events & select.POLLOUT)
+    readable, writable, _ = select.select([fd], [fd], [], 0)  # pragma: no cover - Windows
+    return bool(readable), bool(writable)
+
+
+async def open_connection(server: ServerSettings, *, budget: float) -> Connection:
+    """A connection to ``server``, authenticated, on its database, answering PING.
+
+    Raises `ConnectionLost` when the server cannot be reached within its connect timeout,
+    and `ReplyError` when it refuses the handshake (credentials, database, permissions).
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        return await asyncio.wait_for(_handshake(loop, server, budget), server.connect_timeout)
+    except (OSError, asyncio.TimeoutError) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise ConnectionLost(f"cannot connect to Redis at {server.where}: {reason}") from exc
+
+
+async def _handshake(
+    loop: asyncio.AbstractEventLoop, server: ServerSettings, budget: float
+) -> Connection:
+    if server.path is not None:
+        _, connection = await loop.create_unix_connection(lambda: Connection(budget), server.path)
+    else:
+        context = server.tls() if server.tls is not None else None
+        _, connection = await loop.create_connection(
+            lambda: Connection(budget),
+            server.host,
+            server.port,
+            ssl=context,
+            server_hostname=server.host if context is not None else None,
+        )
+    try:
+        # PING last: it surfaces NOAUTH (a password is required) and LOADING now.
+        commands = [*await server.setup_commands(), ("PING",)]
+        futures = [connection.send(pack(c)) for c in commands]
+        for reply in await asyncio.gather(*futures):
+            if isinstance(reply, ReplyError):
+                raise reply
+    except BaseException:
+        connection.close()
+        raise
+    return connection

@@ -1,0 +1,128 @@
+"""How the rate-limit script is run on a server: as a Redis 7 function, else by EVALSHA.
+
+    caller = ScriptCaller(ttl_margin_ms=0)
+    reply = await caller.call(node.call, "hit", checks, storage_keys, now_us=None, want_state=True)
+    await caller.probe(node)      # loaded, and it answers: what ends an outage
+
+On Redis 7+ the script is loaded once as a function library (``FUNCTION LOAD``) and called
+with ``FCALL``: a library's definitions are built once per server, a script's on every call.
+A server without functions (Redis 6, a renamed command, an ACL without ``+fcall``) is logged
+once and called by ``EVALSHA`` from then on. A missing function or script (a restart,
+``FUNCTION FLUSH``, ``SCRIPT FLUSH``) is loaded again on the spot.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal
+
+from ..base import Check
+from ._connection import ReplyError
+from ._node import Node
+from ._resp import command, frame, pack
+from ._script import FUNCTION_NAME, LIBRARY, SCRIPT, SCRIPT_SHA, Mode, framed_args
+
+__all__ = ["ScriptCaller", "Send"]
+
+logger = logging.getLogger("asgi_ratelimit")
+
+#: Sends one command to the server that holds the call's keys; answers the reply.
+Send = Callable[[bytes], Awaitable[Any]]
+#: Storage keys whose RESP frame is remembered (about 150 bytes each).
+_FRAMED_KEYS = 40_000
+#: A call of the script that decides nothing: it proves the script runs there.
+_NO_CHECKS = [frame(b"peek t 0 0")]
+
+
+class ScriptCaller:
+    """Runs the script for one backend, and keeps it loaded on every server."""
+
+    def __init__(self, *, ttl_margin_ms: int = 0) -> None:
+        self._ttl_margin_ms = ttl_margin_ms
+        #: whether the script is called as a function (Redis 7+), else by EVALSHA
+        self.uses_function = True
+        self._framed: dict[str, bytes] = {}
+
+    async def call(
+        self,
+        send: Send,
+        mode: Mode,
+        checks: Sequence[Check],
+        storage_keys: Sequence[str],
+        now_us: int | None,
+        want_state: bool = False,
+    ) -> Any:
+        """The script's reply (bytes) for these checks."""
+        keys = self._framed_keys(storage_keys)
+        args = framed_args(
+            mode, checks, now_us=now_us, want_state=want_state, ttl_margin_ms=self._ttl_margin_ms
+        )
+        return await self._run(send, keys, args)
+
+    async def probe(self, node: Node) -> None:
+        """Load the script on ``node`` and run it on no keys: raises unless it answers."""
+        await self._load(node.probe_call)
+        await self._run(node.probe_call, [], _NO_CHECKS)
+
+    async def _run(self, send: Send, keys: list[bytes], args: list[bytes]) -> Any:
+        if self.uses_function:
+            try:
+                return await send(command("FCALL", FUNCTION_NAME, keys, args))
+            except ReplyError as exc:
+                problem = _function_problem(exc)
+                if problem is None:
+                    raise  # an error of the script itself
+                if problem == "refused":
+                    self._functions_refused(exc)
+            if self.uses_function:  # the function is missing: a restart or FUNCTION FLUSH
+                await self._load(send)
+                return await send(command("FCALL", FUNCTION_NAME, keys, args))
+        try:
+            return await send(command("EVALSHA", SCRIPT_SHA, keys, args))
+        except ReplyError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise
+            # After a restart or SCRIPT FLUSH: EVAL runs the script and caches it again.
+            return await send(command("EVAL", SCRIPT, keys, args))
+
+    async def _load(self, send: Send) -> None:
+        """Load the script, and the function where functions are used."""
+        await send(pack(("SCRIPT", "LOAD", SCRIPT)))
+        if not self.uses_function:
+            return
+        try:
+            await send(pack(("FUNCTION", "LOAD", "REPLACE", LIBRARY)))
+        except ReplyError as exc:
+            if _function_problem(exc) != "refused":
+                raise
+            self._functions_refused(exc)
+
+    def _functions_refused(self, exc: ReplyError) -> None:
+        self.uses_function = False
+        logger.info("Redis functions unavailable (%s); calling the script by EVALSHA", exc)
+
+    def _framed_keys(self, storage_keys: Sequence[str]) -> list[bytes]:
+        """Storage keys framed for `command`: the same identities come back request after
+        request, so each key is encoded once (a bounded dict, emptied when full)."""
+        known = self._framed
+        framed = []
+        for key in storage_keys:
+            data = known.get(key)
+            if data is None:
+                if len(known) >= _FRAMED_KEYS:
+                    known.clear()
+                data = known[key] = frame(key.encode())
+            framed.append(data)
+        return framed
+
+
+def _function_problem(exc: ReplyError) -> Literal["missing", "refused"] | None:
+    """Why a function call or load failed: the function is not loaded, functions are
+    refused, or neither (an error of the script itself)."""
+    message = str(exc).lower()
+    if "function not found" in message:
+        return "missing"
+    if "unknown command" in message or message.startswith("noperm"):
+        return "refused"  # Redis before 7, a renamed command, an ACL without +fcall
+    return None
