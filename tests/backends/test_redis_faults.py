@@ -1,60 +1,79 @@
-"""Faults: nothing listening, a server killed and restarted, SCRIPT FLUSH, a stalled server.
+"""Faults, in one process: nothing listening, a server killed and restarted, a cluster node
+killed, SCRIPT FLUSH, refused configurations, start-up, other event loops.
 
 Every case goes through `RateLimiter`, as an app would: no exception reaches the caller, the
-failure policy decides, and limits are enforced again when Redis is back.
+failure policy decides, an outage is one ERROR and one WARNING in the log, and limits are
+enforced again when Redis answers. (Bursts and outages under a real multi-worker server are
+in tests/test_flood.py.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
-import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+import trio
+from redis.crc import key_slot
 
 from asgi_ratelimit.backends.base import Check
 from asgi_ratelimit.backends.redis import RedisBackend
-from asgi_ratelimit.backends.redis._circuit import CircuitBreaker
-from asgi_ratelimit.backends.redis._script import FUNCTION_NAME
 from asgi_ratelimit.errors import BackendError, ConfigurationError
 from asgi_ratelimit.limiter import PolicyCheck, RateLimiter
 from asgi_ratelimit.rates import Limit
 from asgi_ratelimit.rules import Rule
-from tests.backends.conftest import (
-    REDIS_CLI,
-    RedisServer,
-    free_port,
-    require_redis_binaries,
-    start_cluster,
-)
+from tests.backends.conftest import RedisServer, free_port, require_redis_binaries, start_cluster
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.redis
 
 
-def _nowhere(prefix: str, **options: object) -> RedisBackend:
-    return RedisBackend.from_url(f"redis://127.0.0.1:{free_port()}/0", prefix=prefix, **options)  # type: ignore[arg-type]
+def _nowhere(prefix: str, **options: Any) -> RedisBackend:
+    return RedisBackend.from_url(f"redis://127.0.0.1:{free_port()}/0", prefix=prefix, **options)
 
 
-async def test_nothing_listening_raises_backend_error_then_opens_the_circuit(prefix: str) -> None:
-    backend = _nowhere(prefix, failure_threshold=2, cooldown=60)
-    for _ in range(2):
-        with pytest.raises(BackendError, match="redis failed: ConnectionError"):
-            await backend.hit([Check("k", Limit("1/minute"))])
-    assert backend.circuit.state == "open"
-    with pytest.raises(BackendError, match="circuit open"):
+def _outage_lines(caplog: pytest.LogCaptureFixture) -> tuple[list[str], list[str]]:
+    """The ERROR and the WARNING lines of the package, in order."""
+    records = [r for r in caplog.records if r.name == "asgi_ratelimit"]
+    errors = [r.getMessage() for r in records if r.levelno == logging.ERROR]
+    warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    return errors, warnings
+
+
+async def _until(condition: Callable[[], Awaitable[bool] | bool], seconds: float = 10.0) -> None:
+    """Wait for ``condition`` (a liveness bound, not a timing claim)."""
+    for _ in range(int(seconds / 0.02)):
+        result = condition()
+        if result if isinstance(result, bool) else await result:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition never held")
+
+
+async def test_nothing_listening_is_one_outage_and_fails_fast(
+    prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="asgi_ratelimit")
+    backend = _nowhere(prefix)
+    with pytest.raises(BackendError, match=r"cannot connect to 127\.0\.0\.1"):
         await backend.hit([Check("k", Limit("1/minute"))])
+    assert not backend.healthy
+    for _ in range(20):  # the breaker is open: no connect per request
+        with pytest.raises(BackendError, match="not calling it until it answers"):
+            await backend.hit([Check("k", Limit("1/minute"))])
     await backend.aclose()
+    errors, warnings = _outage_lines(caplog)
+    assert len(errors) == 1 and "cannot connect" in errors[0] and warnings == []
 
 
 async def test_a_cluster_with_no_reachable_node_is_an_outage_too(prefix: str) -> None:
     backend = RedisBackend.from_url(f"redis+cluster://127.0.0.1:{free_port()}", prefix=prefix)
     async with backend:  # start-up while Redis is down: logged, not raised
-        with pytest.raises(BackendError, match="RedisClusterException"):
-            await backend.hit([Check("k", Limit("1/minute"))])
+        assert not backend.healthy
         limiter = RateLimiter(backend=backend, on_backend_error="deny")
         assert not (await limiter.hit("k", "1/minute")).allowed
 
@@ -77,8 +96,6 @@ async def test_each_failure_policy(prefix: str, policy: str, pattern: list[bool]
 
 
 async def test_one_limit_requests_get_their_rules_policy_during_an_outage(prefix: str) -> None:
-    # A request matched by one rule with one limit (the shape the memory backend decides
-    # without an await) gets that rule's failure policy on Redis, not the limiter's.
     scope = {"type": "http", "method": "POST", "path": "/login", "client": ("203.0.113.9", 1)}
     async with _nowhere(prefix) as backend:
         limiter = RateLimiter(
@@ -89,7 +106,6 @@ async def test_one_limit_requests_get_their_rules_policy_during_an_outage(prefix
             ],
             on_backend_error="allow",
         )
-        assert limiter.rules[0].sole is not None
         login = (await limiter.check_request(scope)).decision
         search = (await limiter.check_request({**scope, "path": "/search"})).decision
     assert (login.allowed, login.policy, login.retry_after) == (False, "/login", 1.0)
@@ -109,7 +125,7 @@ async def test_server_killed_mid_traffic_and_restarted(
     own_redis: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="asgi_ratelimit")
-    backend = RedisBackend.from_url(own_redis.url, prefix=prefix, cooldown=0.05)
+    backend = RedisBackend.from_url(own_redis.url, prefix=prefix)
     limiter = RateLimiter(backend=backend, on_backend_error="fallback")
     limit = Limit("5/hour", algorithm="fixed_window")
     async with backend:
@@ -118,20 +134,38 @@ async def test_server_killed_mid_traffic_and_restarted(
         during = [(await limiter.hit("k", limit)).allowed for _ in range(8)]
         # The local fallback starts its own count: 5 pass, then it denies, and nothing raises.
         assert during == [True] * 5 + [False] * 3
+        await asyncio.sleep(0.6)  # probes meet a closed port meanwhile: no more log lines
         own_redis.start()  # same port, empty: no persistence
-        for _ in range(200):
-            await asyncio.sleep(0.01)
-            decision = await limiter.hit("k", limit)
-            if backend.circuit.state == "closed" and "enforced again" in caplog.text:
-                break
-        assert "enforced again" in caplog.text, "the backend never reconnected"
+        await _until(lambda: backend.healthy)  # the background probe got a real answer
+        decision = await limiter.hit("k", limit)
         assert decision.allowed and decision.remaining == 4  # Redis counts again, from empty
         raw = aioredis.from_url(own_redis.url)
         assert await raw.get(backend.storage_key("k", limit)) is not None
         await raw.aclose()
-    outage_lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len([r for r in outage_lines if "failed" in r.getMessage()]) == 1
-    assert len([r for r in outage_lines if "enforced again" in r.getMessage()]) == 1
+    errors, warnings = _outage_lines(caplog)
+    assert len(errors) == 1 and "failed" in errors[0]
+    assert len(warnings) == 1 and "answers again; limits are enforced again" in warnings[0]
+
+
+async def test_over_limit_identity_during_an_outage_logs_one_outage(
+    own_redis: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The deny cache answers the identity over its limit without Redis; those answers must
+    # not count as "Redis is back" (each would have logged a WARNING and the next an ERROR).
+    caplog.set_level(logging.INFO, logger="asgi_ratelimit")
+    async with RedisBackend.from_url(own_redis.url, prefix=prefix) as backend:
+        limiter = RateLimiter(backend=backend, on_backend_error="allow")
+        limit = Limit("2/minute")
+        assert [(await limiter.hit("flood", limit)).allowed for _ in range(3)] == [1, 1, 0]
+        own_redis.kill()
+        for i in range(200):
+            over = await limiter.hit("flood", limit)  # the deny cache: still refused
+            other = await limiter.hit(f"other{i}", limit)  # the failure policy: allowed
+            assert not over.allowed and other.allowed and other.policies == ()
+        own_redis.start()
+        await _until(lambda: backend.healthy)
+    errors, warnings = _outage_lines(caplog)
+    assert (len(errors), len(warnings)) == (1, 1)
 
 
 async def test_cluster_node_killed_mid_traffic_and_restarted(
@@ -143,128 +177,184 @@ async def test_cluster_node_killed_mid_traffic_and_restarted(
     try:
         start_cluster(tmp_path, nodes)
         url = f"redis+cluster://127.0.0.1:{nodes[0].port}"
-        backend = RedisBackend.from_url(url, prefix=prefix, cooldown=0.05)
-        limiter = RateLimiter(backend=backend, on_backend_error="fallback")
+        backend = RedisBackend.from_url(url, prefix=prefix)
+        limiter = RateLimiter(backend=backend, on_backend_error="deny")
         limit = Limit("5/hour", algorithm="fixed_window")
         keys = [f"user:{i}" for i in range(30)]
         async with backend:
-            cluster = backend.client
-            assert isinstance(cluster, aioredis.RedisCluster)
-            on_victim = {
-                key
-                for key in keys
-                if cluster.get_node_from_key(backend.storage_key(key, limit)).port  # type: ignore[union-attr]
-                == nodes[1].port
-            }
+
+            def port_of(key: str) -> int:
+                slot = key_slot(backend.storage_key(key, limit).encode())
+                return backend._topology.node_for(slot).server.port
+
+            on_victim = {key for key in keys if port_of(key) == nodes[1].port}
             assert 0 < len(on_victim) < len(keys)
             assert all([(await limiter.hit(key, limit)).allowed for key in keys])
             nodes[1].kill()
-            # No exception and no 5xx: the fallback (or a healthy node) answers every request.
-            assert all([(await limiter.hit(key, limit)).allowed for key in keys])
+            during = {key: (await limiter.hit(key, limit)).allowed for key in keys}
+            # Keys of the dead node fail closed; the other nodes keep counting.
+            assert {key for key, allowed in during.items() if not allowed} == on_victim
             nodes[1].start()  # same port and nodes.conf: it rejoins with its slots, empty
-            for _ in range(500):
-                await asyncio.sleep(0.02)
-                await limiter.hit("probe", limit)
-                if "enforced again" in caplog.text:
-                    break
-            assert "enforced again" in caplog.text, "the cluster never came back"
+            await _until(lambda: backend.healthy, 30)
             for key in keys:
-                for _ in range(100):  # until the restarted node answers again
-                    try:
-                        outcome = (await backend.peek([Check(key, limit)]))[0]
-                        break
-                    except BackendError:
-                        await asyncio.sleep(0.02)
-                # The restarted node lost its keys; the others kept 1 or 2 hits (the second
-                # only if it reached Redis: keys on healthy nodes keep being counted).
-                used = 5 - 1 - outcome.remaining  # a peek reports what is left after it
-                assert used == 0 if key in on_victim else used in (1, 2), (key, used)
-            healthy = [key for key in keys if key not in on_victim]
-            counted = [
-                5 - 1 - (await backend.peek([Check(k, limit)]))[0].remaining for k in healthy
-            ]
-            assert 2 in counted  # healthy nodes counted during the outage (per-node circuits)
+                left = (await backend.peek([Check(key, limit)]))[0].remaining
+                # The restarted node lost its keys; the others counted both hits.
+                assert 5 - 1 - left == (0 if key in on_victim else 2), key
     finally:
         for node in nodes:
             node.kill()
+    errors, warnings = _outage_lines(caplog)
+    assert (len(errors), len(warnings)) == (1, 1)
 
 
-@pytest.mark.parametrize("target", ["redis", pytest.param("redis-cluster", id="redis-cluster")])
-async def test_script_flush_mid_traffic_is_transparent(
+@pytest.mark.parametrize("target", ["redis", "redis-cluster"])
+async def test_script_and_function_flush_mid_traffic_is_transparent(
     request: pytest.FixtureRequest, target: str, prefix: str
 ) -> None:
     url = request.getfixturevalue("redis_url" if target == "redis" else "redis_cluster_url")
-    clock = FakeClock()
-    async with RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0) as backend:
+    async with RedisBackend.from_url(url, prefix=prefix, clock=FakeClock()) as backend:
         limit = Limit("10/minute", algorithm="sliding_window_log")
         checks = [Check("f", limit), Check("g", limit)]
         if target == "redis-cluster":  # two identities, two slots: the cross-slot path
-            keyslot = backend.client.keyslot  # type: ignore[union-attr]
-            assert keyslot(backend.storage_key("f", limit)) != keyslot(
-                backend.storage_key("g", limit)
-            )
+            slots = {key_slot(backend.storage_key(c.key, limit).encode()) for c in checks}
+            assert len(slots) == 2
         first = [all(o.allowed for o in await backend.hit(checks)) for _ in range(5)]
-        await backend.client.script_flush()  # every primary, on a cluster
-        if target == "redis":  # a single Redis 7 runs the script as a function
-            await backend.client.function_flush()
+        for node in backend._topology.nodes:
+            address = node.server
+            raw = aioredis.Redis(host=address.host, port=address.port)
+            await raw.execute_command("SCRIPT", "FLUSH")
+            await raw.execute_command("FUNCTION", "FLUSH")
+            await raw.aclose()
         second = [all(o.allowed for o in await backend.hit(checks)) for _ in range(6)]
         assert first + second == [True] * 10 + [False]
-        if target == "redis":
-            assert await backend.client.function_list(library=FUNCTION_NAME)  # loaded again
+        assert backend.healthy
 
 
-async def test_a_stalled_server_costs_one_budget_not_a_tcp_timeout(
-    own_redis: RedisServer, prefix: str
+# -- configurations no retry cures -------------------------------------------------------
+
+
+@pytest.fixture
+def guarded_redis(own_redis: RedisServer) -> RedisServer:
+    """A server that wants a password, with a user allowed everything but running scripts."""
+    own_redis.cli("config", "set", "requirepass", "right")
+    cli = ["-a", "right", "--no-auth-warning"]
+    own_redis.cli(*cli, "acl", "setuser", "noscripts", "on", ">pw", "~*", "+@all", "-@scripting")
+    return own_redis
+
+
+def _problem_url(server: RedisServer, problem: str) -> str:
+    return {
+        "wrong password": f"redis://:wrong@127.0.0.1:{server.port}/0",
+        "no password": f"redis://127.0.0.1:{server.port}/0",
+        "database index": f"redis://:right@127.0.0.1:{server.port}/99",
+        "no script permission": f"redis://noscripts:pw@127.0.0.1:{server.port}/0",
+    }[problem]
+
+
+PROBLEMS = {
+    "wrong password": ("WRONGPASS", "fix the username and password"),
+    "no password": ("NOAUTH", "requires a password"),
+    "database index": ("DB index", "has no database 99"),
+    "no script permission": ("NOPERM", "ACL SETUSER"),
+}
+
+
+@pytest.mark.parametrize("problem", sorted(PROBLEMS))
+async def test_a_refused_configuration_fails_start_up_with_fail_fast(
+    guarded_redis: RedisServer, prefix: str, problem: str
 ) -> None:
-    assert REDIS_CLI is not None
-    async with RedisBackend.from_url(own_redis.url, prefix=prefix, timeout=0.05) as backend:
+    reply, fix = PROBLEMS[problem]
+    backend = RedisBackend.from_url(_problem_url(guarded_redis, problem), fail_fast=True)
+    with pytest.raises(ConfigurationError, match=f"cannot start.*{reply}.*{fix}"):
+        async with backend:
+            pass
+
+
+@pytest.mark.parametrize("problem", sorted(PROBLEMS))
+async def test_a_refused_configuration_is_one_error_that_says_what_to_fix(
+    guarded_redis: RedisServer, prefix: str, problem: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="asgi_ratelimit")
+    reply, fix = PROBLEMS[problem]
+    async with RedisBackend.from_url(_problem_url(guarded_redis, problem)) as backend:
         limiter = RateLimiter(backend=backend, on_backend_error="deny")
-        assert (await limiter.hit("k", "3/minute")).allowed
-        stall = subprocess.Popen(
-            [REDIS_CLI, "-p", str(own_redis.port), "DEBUG", "SLEEP", "1.5"],
-            stdout=subprocess.DEVNULL,
-        )
-        try:
-            await asyncio.sleep(0.2)  # let the server start sleeping
-            started = time.monotonic()
-            decision = await limiter.hit("k", "3/minute")
-            elapsed = time.monotonic() - started
-            assert not decision.allowed  # fail closed, answered within the budget
-            assert elapsed < 0.9, f"waited {elapsed:.3f}s for a server stalled for 1.5 s"
-        finally:
-            stall.wait(10)
-        # Awake again: the next call reconnects and Redis counts.
-        decision = await limiter.hit("other", "3/minute")
-        assert decision.allowed and decision.remaining == 2
-        # The abandoned call had usually been sent already, and then the server ran it when
-        # it woke: a budget cannot un-send a command. So "k" holds 2 requests, or 1 when the
-        # call was abandoned before it was written: 1 or 2 of 3 left, both correct.
-        assert (await limiter.peek("k", "3/minute")).remaining in (1, 2)
+        decisions = [await limiter.hit(f"k{i}", "5/minute") for i in range(20)]
+        assert not any(d.allowed for d in decisions)
+    errors, warnings = _outage_lines(caplog)
+    assert len(errors) == 1, errors
+    assert reply in errors[0] and fix in errors[0] and "refused the configuration" in errors[0]
+    assert warnings == []
 
 
-# -- the circuit breaker on its own, under a fake clock ------------------------------------
+async def test_an_unreachable_server_fails_start_up_only_with_fail_fast(prefix: str) -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"cannot start.*cannot connect.*start Redis"
+    ):
+        async with _nowhere(prefix, fail_fast=True):
+            pass
+    async with _nowhere(prefix) as backend:  # starts; the failure policy answers
+        assert not backend.healthy
 
 
-def test_circuit_opens_after_threshold_and_probes_once_per_cooldown() -> None:
-    clock = FakeClock(0.0)
-    breaker = CircuitBreaker(threshold=3, cooldown=2.0, clock=clock)
-    assert [breaker.failure() for _ in range(3)] == [False, False, True]
-    assert breaker.state == "open" and not breaker.allow()
-    clock.advance(1.999)
-    assert not breaker.allow()
-    clock.advance(0.001)
-    assert breaker.allow()  # the probe
-    assert not breaker.allow()  # only one per cooldown
-    breaker.failure()
-    clock.advance(2.0)
-    assert breaker.allow()
-    assert breaker.success() is True
-    assert breaker.state == "closed" and breaker.allow()
-    assert breaker.failure() is False  # the count starts again after a success
+async def _lifespan(app: Any) -> list[dict[str, Any]]:
+    """Run an ASGI app's start-up and shut-down, as a server does; the messages it sent."""
+    incoming = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return incoming.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    try:
+        await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+    except Exception as exc:  # a server logs it, after the startup.failed message
+        sent.append({"type": "raised", "error": exc})
+    return sent
 
 
-def test_circuit_rejects_bad_settings() -> None:
-    with pytest.raises(ConfigurationError, match="failure_threshold=0"):
-        CircuitBreaker(threshold=0)
-    with pytest.raises(ConfigurationError, match="cooldown=0"):
-        CircuitBreaker(cooldown=0)
+@pytest.mark.parametrize("fail_fast", [False, True])
+async def test_an_app_starts_while_redis_is_down_unless_fail_fast(
+    prefix: str, fail_fast: bool
+) -> None:
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+
+    backend = _nowhere(prefix, fail_fast=fail_fast)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):  # type: ignore[no-untyped-def]
+        async with backend:
+            yield
+
+    sent = await _lifespan(Starlette(lifespan=lifespan))
+    if fail_fast:
+        assert [m["type"] for m in sent] == ["lifespan.startup.failed", "raised"]
+        assert "cannot connect to 127.0.0.1" in sent[0]["message"]
+        assert isinstance(sent[1]["error"], ConfigurationError)
+    else:
+        assert [m["type"] for m in sent] == [
+            "lifespan.startup.complete",
+            "lifespan.shutdown.complete",
+        ]
+
+
+def test_other_event_loops_are_refused_at_start_up_and_fail_per_request(
+    redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Under trio (hypercorn -k trio) the backend cannot run: opening it says so.
+    async def open_backend() -> None:
+        async with RedisBackend.from_url(redis_url, prefix=prefix):
+            pass
+
+    with pytest.raises(ConfigurationError, match=r"needs an asyncio event loop.*trio"):
+        trio.run(open_backend)
+
+    async def request() -> bool:
+        limiter = RateLimiter(backend=RedisBackend.from_url(redis_url), on_backend_error="deny")
+        return (await limiter.hit("k", "5/minute")).allowed
+
+    assert trio.run(request) is False  # the failure policy, never an exception
+    assert "needs an asyncio event loop" in caplog.text

@@ -10,7 +10,6 @@ calling Redis.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,7 +30,7 @@ from ...clock import Clock
 from ...errors import BackendError, ConfigurationError
 from ...rates import Limit
 from ..base import Check
-from ._connection import ConnectionLost, ReplyError
+from ._connection import ConnectionLost, ReplyError, running_loop
 from ._cross_slot import run_across_slots
 from ._deny_cache import DenyCache
 from ._health import Health
@@ -302,7 +301,7 @@ class RedisBackend:
 
     async def _start(self) -> list[tuple[Node, Exception]]:
         """Open every server; the ones that could not serve, with why."""
-        _require_asyncio()
+        running_loop()
         topology = self._topology
         try:
             await topology.initialize()
@@ -322,6 +321,7 @@ class RedisBackend:
         for node, exc in await self._start():
             fix = fix_for(exc, node.server) if isinstance(exc, ReplyError) else None
             if self.fail_fast:
+                await self.aclose()
                 hint = fix or "start Redis there or fix the address"
                 raise ConfigurationError(
                     f"{self!r} cannot start: Redis at {node.name}: {exc}: {hint}"
@@ -382,17 +382,6 @@ class RedisBackend:
 
 def _slot_of(key: str) -> int:
     return key_slot(key.encode())
-
-
-def _require_asyncio() -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        raise ConfigurationError(
-            "RedisBackend needs an asyncio event loop (asyncio or uvloop); this code runs "
-            "under another one (trio?): serve the app on asyncio or uvloop (e.g. hypercorn "
-            "-k asyncio, uvicorn), or use MemoryBackend"
-        ) from None
 
 
 def _positive(name: str, value: object, example: str) -> None:

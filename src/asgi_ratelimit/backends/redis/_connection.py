@@ -26,6 +26,7 @@ from typing import Any
 
 import hiredis
 
+from ...errors import ConfigurationError
 from ._resp import pack
 from ._server import ServerSettings
 
@@ -35,6 +36,7 @@ __all__ = [
     "ReplyError",
     "ServerSilent",
     "open_connection",
+    "running_loop",
 ]
 
 
@@ -54,7 +56,7 @@ class Connection(asyncio.Protocol):
     """The protocol of one connection: writes go out at once; replies resolve in order."""
 
     def __init__(self, budget: float) -> None:
-        self.loop = asyncio.get_running_loop()
+        self.loop = running_loop()
         self.budget = budget
         self.transport: asyncio.Transport | None = None
         #: the callers' futures, in the order of their commands (a done one: a caller left)
@@ -173,12 +175,12 @@ async def open_connection(server: ServerSettings, *, budget: float) -> Connectio
     Raises `ConnectionLost` when the server cannot be reached within its connect timeout,
     and `ReplyError` when it refuses the handshake (credentials, database, permissions).
     """
-    loop = asyncio.get_running_loop()
+    loop = running_loop()
     try:
         return await asyncio.wait_for(_handshake(loop, server, budget), server.connect_timeout)
     except (OSError, asyncio.TimeoutError) as exc:
         reason = str(exc) or type(exc).__name__
-        raise ConnectionLost(f"cannot connect to Redis at {server.where}: {reason}") from exc
+        raise ConnectionLost(f"cannot connect to {server.where}: {reason}") from exc
 
 
 async def _handshake(
@@ -206,3 +208,15 @@ async def _handshake(
         connection.close()
         raise
     return connection
+
+
+def running_loop() -> asyncio.AbstractEventLoop:
+    """The asyncio (or uvloop) event loop this code runs on; refused clearly under another."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise ConfigurationError(
+            "RedisBackend needs an asyncio event loop (asyncio or uvloop); this code runs "
+            "under another one (trio?): serve the app on asyncio or uvloop (uvicorn, hypercorn "
+            "-k asyncio or -k uvloop), or use MemoryBackend"
+        ) from None

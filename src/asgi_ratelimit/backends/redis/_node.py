@@ -20,7 +20,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...errors import BackendError
-from ._connection import Connection, ConnectionLost, ReplyError, ServerSilent, open_connection
+from ._connection import (
+    Connection,
+    ConnectionLost,
+    ReplyError,
+    ServerSilent,
+    open_connection,
+    running_loop,
+)
 from ._health import Health
 from ._server import ServerSettings
 
@@ -83,7 +90,7 @@ class Node:
         try:
             reply = await self._send(command, asking)
         except ConnectionLost as exc:
-            self.failed(f"{type(exc).__name__}: {exc}")
+            self.failed(str(exc))
             raise BackendError(f"Redis at {self.name}: {exc}") from exc
         except ReplyError as exc:  # the handshake was refused
             self.failed(str(exc), fix_for(exc, self.server))
@@ -122,7 +129,7 @@ class Node:
 
     async def connect(self) -> Connection:
         """A fresh connection, unless one is open (concurrent callers share one attempt)."""
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         current = self._connection
         if current is not None and current.lost is None and current.loop is loop:
             return current
