@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# Real redis-server processes (and their fixtures) for every test that needs one.
+pytest_plugins = ("tests.redis_servers",)
+
 
 class FakeClock:
     """A clock the test moves by hand: ``clock.advance(1.5)``; ``clock.now = 60``."""

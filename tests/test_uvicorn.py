@@ -23,7 +23,7 @@ import uvicorn
 from examples.fastapi_app import main as fastapi_main
 from examples.starlette_app import main as starlette_main
 
-from tests.backends.conftest import RedisServer, require_redis_binaries
+from tests.redis_servers import RedisServer, require_redis_binaries
 from tests.conftest import FakeClock
 
 ALIGNED = 1_800_000_000.0  # a multiple of 60: the sliding windows start now

@@ -21,7 +21,7 @@ from asgi_ratelimit.errors import ConfigurationError
 from asgi_ratelimit.limiter import RateLimiter
 from asgi_ratelimit.rates import Limit
 from asgi_ratelimit.rules import Rule
-from tests.backends.conftest import RedisServer, require_redis_binaries
+from tests.redis_servers import RedisServer, require_redis_binaries
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.redis

@@ -26,7 +26,7 @@ from asgi_ratelimit.errors import BackendError, ConfigurationError
 from asgi_ratelimit.limiter import PolicyCheck, RateLimiter
 from asgi_ratelimit.rates import Limit
 from asgi_ratelimit.rules import Rule
-from tests.backends.conftest import RedisServer, free_port, require_redis_binaries, start_cluster
+from tests.redis_servers import RedisServer, free_port, require_redis_binaries, start_cluster
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.redis
@@ -287,9 +287,7 @@ async def test_a_refused_configuration_is_one_error_that_says_what_to_fix(
 
 
 async def test_an_unreachable_server_fails_start_up_only_with_fail_fast(prefix: str) -> None:
-    with pytest.raises(
-        ConfigurationError, match=r"cannot start.*cannot connect.*start Redis"
-    ):
+    with pytest.raises(ConfigurationError, match=r"cannot start.*cannot connect.*start Redis"):
         async with _nowhere(prefix, fail_fast=True):
             pass
     async with _nowhere(prefix) as backend:  # starts; the failure policy answers

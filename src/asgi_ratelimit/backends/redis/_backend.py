@@ -77,7 +77,7 @@ class RedisBackend:
         client: aioredis.Redis | aioredis.RedisCluster,
         *,
         prefix: str = "rl:",
-        timeout: float = 0.05,
+        timeout: float = 0.5,
         clock: Clock | None = None,
         deny_cache: bool = True,
         failure_threshold: int = 1,
@@ -101,7 +101,7 @@ class RedisBackend:
         url: str,
         *,
         prefix: str = "rl:",
-        timeout: float = 0.05,
+        timeout: float = 0.5,
         clock: Clock | None = None,
         deny_cache: bool = True,
         failure_threshold: int = 1,
@@ -141,7 +141,7 @@ class RedisBackend:
                 f"RedisBackend(prefix={prefix!r}): must be a str without '{{' or '}}' "
                 "(braces would change the Redis Cluster hash slot), e.g. 'rl:'"
             )
-        _positive("timeout", timeout, "0.05")
+        _positive("timeout", timeout, "0.5")
         _positive("cooldown", cooldown, "0.25")
         if (
             isinstance(failure_threshold, bool)

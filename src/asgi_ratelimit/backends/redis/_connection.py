@@ -13,7 +13,7 @@ of ours that the loop has not yet handed to the kernel, mean the delay is ours, 
 budget starts again. Only a server that stops answering (stalled, partitioned, gone) trips
 it, within the budget.
 
-    connection = await open_connection(server, budget=0.05)
+    connection = await open_connection(server, budget=0.5)
     reply = await connection.send(pack(("PING",)))   # b"PONG", a ReplyError, or raises
 """
 
@@ -140,7 +140,13 @@ class Connection(asyncio.Protocol):
             self._quiet_since = now
             self._watch = self.loop.call_at(now + self.budget, self._check)
             return
-        self.close(ServerSilent(f"no reply from Redis within {self.budget * 1000:g} ms"))
+        silent = (now - self._quiet_since) * 1000
+        self.close(
+            ServerSilent(
+                f"no reply from Redis for {silent:.0f} ms with {len(self.pending)} calls "
+                f"waiting (budget {self.budget * 1000:g} ms)"
+            )
+        )
 
     def _delay_is_ours(self) -> bool:
         """Whether the server's reply is waiting on us: bytes unread in the socket, or our

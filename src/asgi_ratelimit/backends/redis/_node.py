@@ -1,6 +1,6 @@
 """One Redis server as the backend uses it: one shared connection, and a breaker with a probe.
 
-    node = Node(server, budget=0.05, health=health, probe=script.probe)
+    node = Node(server, budget=0.5, health=health, probe=script.probe)
     reply = await node.call(command("FCALL", ...))   # raises BackendError when Redis fails
 
 Calls share one pipelined connection (`Connection`), opened on first use by one caller while

@@ -1,4 +1,4 @@
-"""Real Redis servers for the backend tests: a single node and a 3-master Redis Cluster.
+"""Real Redis servers for the tests: a single node, a 3-master Redis Cluster, a Sentinel.
 
 The suite starts ``redis-server`` itself on free ports (no persistence) unless ``REDIS_URL``
 (and ``REDIS_CLUSTER_URL``) point at servers to use. Without ``redis-server`` the Redis tests
