@@ -23,8 +23,8 @@ import uvicorn
 from examples.fastapi_app import main as fastapi_main
 from examples.starlette_app import main as starlette_main
 
-from tests.redis_servers import RedisServer, require_redis_binaries
 from tests.conftest import FakeClock
+from tests.redis_servers import RedisServer, require_redis_binaries
 
 ALIGNED = 1_800_000_000.0  # a multiple of 60: the sliding windows start now
 BAD = {"username": "alice", "password": "nope"}

@@ -21,8 +21,8 @@ from asgi_ratelimit.errors import ConfigurationError
 from asgi_ratelimit.limiter import RateLimiter
 from asgi_ratelimit.rates import Limit
 from asgi_ratelimit.rules import Rule
-from tests.redis_servers import RedisServer, require_redis_binaries
 from tests.conftest import FakeClock
+from tests.redis_servers import RedisServer, require_redis_binaries
 
 pytestmark = pytest.mark.redis
 

@@ -38,8 +38,8 @@ from asgi_ratelimit.backends.redis._script import (
 )
 from asgi_ratelimit.errors import BackendError
 from asgi_ratelimit.rates import Limit
-from tests.redis_servers import REDIS_CLI, RedisServer, require_redis_binaries
 from tests.conftest import FakeClock
+from tests.redis_servers import REDIS_CLI, RedisServer, require_redis_binaries
 
 LOOPS: dict[str, Callable[[Coroutine[Any, Any, None]], None]] = {
     "asyncio": asyncio.run,

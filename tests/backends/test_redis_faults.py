@@ -26,8 +26,8 @@ from asgi_ratelimit.errors import BackendError, ConfigurationError
 from asgi_ratelimit.limiter import PolicyCheck, RateLimiter
 from asgi_ratelimit.rates import Limit
 from asgi_ratelimit.rules import Rule
-from tests.redis_servers import RedisServer, free_port, require_redis_binaries, start_cluster
 from tests.conftest import FakeClock
+from tests.redis_servers import RedisServer, free_port, require_redis_binaries, start_cluster
 
 pytestmark = pytest.mark.redis
 
