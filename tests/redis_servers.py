@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -75,11 +76,16 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> RedisServer:
+    def start(self, config_first: bool = False) -> RedisServer:
+        """Start (again, on the same port); ``config_first``: ``extra`` starts with a
+        config file, which must come before every option (a sentinel's)."""
         assert REDIS_SERVER is not None
         self.workdir.mkdir(parents=True, exist_ok=True)
-        args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1"]
-        args += ["--save", "", "--appendonly", "no", "--dir", str(self.workdir), *self.extra]
+        if config_first:
+            args = [REDIS_SERVER, *self.extra]
+        else:
+            args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1"]
+            args += ["--save", "", "--appendonly", "no", "--dir", str(self.workdir), *self.extra]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while not _ping(self.port):
@@ -222,3 +228,50 @@ def tls_redis(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     finally:
         process.kill()
         process.wait(5)
+
+
+class SentinelSetup(NamedTuple):
+    """A master, its replica and one sentinel watching them as ``mymaster``."""
+
+    master: RedisServer
+    replica: RedisServer
+    sentinel: RedisServer
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://127.0.0.1:{self.sentinel.port}/mymaster"
+
+
+@pytest.fixture
+def sentinel(tmp_path: Path) -> Iterator[SentinelSetup]:
+    """A fresh master + replica + sentinel (quorum 1, fast failover), for one test."""
+    require_redis_binaries()
+    servers: list[RedisServer] = []
+    try:
+        master = RedisServer(tmp_path / "master").start()
+        servers.append(master)
+        replica = RedisServer(
+            tmp_path / "replica", None, "--replicaof", "127.0.0.1", str(master.port)
+        ).start()
+        servers.append(replica)
+        port = free_port()
+        config = tmp_path / "sentinel" / "sentinel.conf"  # sentinel rewrites it: writable
+        config.parent.mkdir(parents=True)
+        config.write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {config.parent}\n"
+            f"sentinel monitor mymaster 127.0.0.1 {master.port} 1\n"
+            "sentinel down-after-milliseconds mymaster 300\n"
+            "sentinel failover-timeout mymaster 2000\n"
+        )
+        sentinel = RedisServer(config.parent, port, str(config), "--sentinel")
+        sentinel.start(config_first=True)
+        servers.append(sentinel)
+        deadline = time.monotonic() + 20
+        while not sentinel.cli("sentinel", "replicas", "mymaster").strip():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the sentinel never saw the replica")
+            time.sleep(0.1)
+        yield SentinelSetup(master, replica, sentinel)
+    finally:
+        for server in servers:
+            server.kill()
