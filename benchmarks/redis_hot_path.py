@@ -6,7 +6,7 @@
 It starts its own ``redis-server`` on a free loopback port (no persistence) and, on one
 asyncio client (one connection pool), runs interleaved batches: a bare ``GET``, then
 ``RateLimiter.decide`` with one and three never-reached limits of each algorithm (on the
-backend's own pipelined connection, see ``backends/redis_lane.py``), the same script called
+backend's own pipelined connection, see ``backends/redis/_connection.py``), the same script called
 through redis-py's ``evalsha`` (what redis-py's client path costs), and requests from identities
 already over their limit (answered by the deny cache, without Redis). Each round runs every
 variant once, in a rotated order, so drift and noise hit all of them alike; each call is timed
