@@ -19,8 +19,8 @@ __all__ = ["breakdown"]
 
 def _app(headers: str) -> tuple[Any, Any]:
     from asgi_ratelimit import MemoryBackend, RateLimiter
-    from asgi_ratelimit.middleware import RateLimitMiddleware
-    from asgi_ratelimit.rules import Rule
+    from asgi_ratelimit._middleware import RateLimitMiddleware
+    from asgi_ratelimit.http._rules import Rule
 
     limiter = RateLimiter(
         backend=MemoryBackend(),

@@ -174,8 +174,8 @@ async def build_ours_no_headers(scenario: str, backend: str, url: str | None) ->
 async def _ours(scenario: str, backend: str, url: str | None, headers: str) -> Built:
     try:
         from asgi_ratelimit import RateLimiter
-        from asgi_ratelimit.middleware import RateLimitMiddleware
-        from asgi_ratelimit.rules import Rule
+        from asgi_ratelimit._middleware import RateLimitMiddleware
+        from asgi_ratelimit.http._rules import Rule
     except ImportError as exc:
         raise Unavailable(f"asgi_ratelimit middleware: {exc}") from exc
     store = await _our_backend(backend, url)

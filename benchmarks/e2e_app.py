@@ -53,8 +53,8 @@ five_headers = _FiveHeaders(starlette_app())
 
 def _limited(headers: str = "both") -> Any:
     from asgi_ratelimit import MemoryBackend, RateLimiter
-    from asgi_ratelimit.middleware import RateLimitMiddleware
-    from asgi_ratelimit.rules import Rule
+    from asgi_ratelimit._middleware import RateLimitMiddleware
+    from asgi_ratelimit.http._rules import Rule
 
     # Every wrk connection comes from 127.0.0.1: one identity, so the limit is set so that a
     # run never reaches it (the allowed path is what is measured).

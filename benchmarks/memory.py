@@ -25,7 +25,7 @@ def _algorithms() -> list[str]:
 def our_memory_per_key(n: int) -> dict[str, float]:
     """Bytes our MemoryBackend keeps per active key, per algorithm (one request per key)."""
     from asgi_ratelimit import Limit, MemoryBackend
-    from asgi_ratelimit.backends.base import Check
+    from asgi_ratelimit.backends._protocol import Check
 
     result: dict[str, float] = {}
     for algorithm in _algorithms():
@@ -91,7 +91,7 @@ async def our_redis_per_key(url: str, n: int) -> dict[str, dict[str, float]] | s
     import redis.asyncio
 
     from asgi_ratelimit import Limit
-    from asgi_ratelimit.backends.base import Check
+    from asgi_ratelimit.backends._protocol import Check
 
     try:
         from asgi_ratelimit.backends.redis import RedisBackend

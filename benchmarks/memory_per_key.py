@@ -22,7 +22,7 @@ import tracemalloc
 
 from asgi_ratelimit import Limit, MemoryBackend
 from asgi_ratelimit.algorithms import DECIDERS
-from asgi_ratelimit.backends.base import Check
+from asgi_ratelimit.backends._protocol import Check
 
 __all__ = ["bytes_per_key", "main", "us_per_hit"]
 

@@ -22,7 +22,7 @@ import time
 import redis.asyncio as aioredis
 
 from asgi_ratelimit import Limit
-from asgi_ratelimit.backends.base import Check
+from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
 
 from .redis_server import RedisServer

@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from asgi_ratelimit import RateLimiter
-from asgi_ratelimit.backends.base import Check
-from asgi_ratelimit.endpoint_limit import EndpointLimit
-from asgi_ratelimit.identity.base import Scope
-from asgi_ratelimit.limiter import PolicyCheck
+from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit.integrations._endpoint import EndpointLimit
+from asgi_ratelimit.http.identity._base import Scope
+from asgi_ratelimit._limiter import PolicyCheck
 
 __all__ = ["current_quotas"]
 

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from asgi_ratelimit import ClientIP, Decision, Identity, Limit, RateLimiter, Rule
 from asgi_ratelimit.algorithms.base import NEVER, Outcome
-from asgi_ratelimit.backends.base import Check
-from asgi_ratelimit.decision import PolicyStatus, policy_status, policy_statuses
-from asgi_ratelimit.headers import decision_headers, raw_headers
-from asgi_ratelimit.limiter import PolicyCheck
-from asgi_ratelimit.paths import _normalize, normalize_path
-from asgi_ratelimit.ruleset import _CACHE_SIZE, RuleSet
+from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit._decision import PolicyStatus, policy_status, policy_statuses
+from asgi_ratelimit.http._headers import decision_headers, raw_headers
+from asgi_ratelimit._limiter import PolicyCheck
+from asgi_ratelimit.http._paths import _normalize, normalize_path
+from asgi_ratelimit.http._ruleset import _CACHE_SIZE, RuleSet
 
 SETTINGS = settings(max_examples=200, deadline=None)
 

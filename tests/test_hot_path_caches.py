@@ -32,11 +32,11 @@ from asgi_ratelimit import (
 )
 from asgi_ratelimit import responses as responses_module
 from asgi_ratelimit.algorithms import sliding_window_counter as swc
-from asgi_ratelimit.backends.base import Check
-from asgi_ratelimit.backends.memory import MemoryBackend
-from asgi_ratelimit.backends.memory_entries import _BITS, _pack, _pack_any, _unpack
-from asgi_ratelimit.decision import HeaderStyle, PolicyStatus
-from asgi_ratelimit.headers import (
+from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit.backends._memory import MemoryBackend
+from asgi_ratelimit.backends._memory_entries import _BITS, _pack, _pack_any, _unpack
+from asgi_ratelimit._decision import HeaderStyle, PolicyStatus
+from asgi_ratelimit.http._headers import (
     _RENDERERS,
     _RENDERERS_SIZE,
     OnePolicyHeaders,
@@ -44,10 +44,10 @@ from asgi_ratelimit.headers import (
     response_headers,
     whole_seconds,
 )
-from asgi_ratelimit.request_identity import _IP_CACHE_SIZE
-from asgi_ratelimit.request_routes import _MAX_CACHED_PATH, _ROUTE_CACHE_SIZE
-from asgi_ratelimit.request_routes import route_of as _route
-from asgi_ratelimit.responses import _build_denied, denied_parts
+from asgi_ratelimit.http._identity import _IP_CACHE_SIZE
+from asgi_ratelimit.http._routes import _MAX_CACHED_PATH, _ROUTE_CACHE_SIZE
+from asgi_ratelimit.http._routes import route_of as _route
+from asgi_ratelimit.http._responses import _build_denied, denied_parts
 from tests.conftest import FakeClock
 
 SETTINGS = settings(max_examples=120, deadline=None)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asgi_ratelimit import ConfigurationError, Decision, Limit, MemoryBackend, RateLimiter
-from asgi_ratelimit.rates import ALGORITHM_NAMES
+from asgi_ratelimit._rates import ALGORITHM_NAMES
 from tests.conftest import FakeClock
 
 T0 = 1_699_920_000.0  # aligned to every minute, hour and day

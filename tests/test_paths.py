@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asgi_ratelimit.paths import MAX_PATH_LENGTH, normalize_path, request_path, route_path
+from asgi_ratelimit.http._paths import MAX_PATH_LENGTH, normalize_path, request_path, route_path
 
 
 @pytest.mark.parametrize(

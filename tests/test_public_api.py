@@ -43,15 +43,15 @@ def test_every_exported_class_documents_itself() -> None:
 
 def test_every_core_module_declares_all() -> None:
     core = [
-        "asgi_ratelimit.rates",
+        "asgi_ratelimit._rates",
         "asgi_ratelimit.algorithms",
         "asgi_ratelimit.backends",
-        "asgi_ratelimit.backends.base",
-        "asgi_ratelimit.backends.memory",
-        "asgi_ratelimit.decision",
-        "asgi_ratelimit.clock",
-        "asgi_ratelimit.errors",
-        "asgi_ratelimit.limiter",
+        "asgi_ratelimit.backends._protocol",
+        "asgi_ratelimit.backends._memory",
+        "asgi_ratelimit._decision",
+        "asgi_ratelimit._clock",
+        "asgi_ratelimit._errors",
+        "asgi_ratelimit._limiter",
     ]
     algorithms = [
         f"asgi_ratelimit.algorithms.{info.name}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from asgi_ratelimit import ConfigurationError, Limit
-from asgi_ratelimit.rates import DEFAULT_ALGORITHM, MAX_AMOUNT, parse_limits
+from asgi_ratelimit._rates import DEFAULT_ALGORITHM, MAX_AMOUNT, parse_limits
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from asgi_ratelimit import ClientIP, ConfigurationError, Identity, Limit, RateLimiter, Rule
-from asgi_ratelimit.paths import normalize_path
+from asgi_ratelimit.http._paths import normalize_path
 
 
 def matches(rule: Rule, method: str, path: str) -> bool:

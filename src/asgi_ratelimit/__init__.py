@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from .backends.memory import MemoryBackend
-from .decision import Decision
-from .errors import BackendError, ConfigurationError, RateLimitExceeded
-from .identity import APIKey, ClientIP, JWTSubject
-from .identity.base import Identity
-from .limiter import RateLimiter
-from .middleware import RateLimitMiddleware
-from .rates import Limit
-from .rules import Rule
+from .backends._memory import MemoryBackend
+from ._decision import Decision
+from ._errors import BackendError, ConfigurationError, RateLimitExceeded
+from .http.identity import APIKey, ClientIP, JWTSubject
+from .http.identity._base import Identity
+from ._limiter import RateLimiter
+from ._middleware import RateLimitMiddleware
+from ._rates import Limit
+from .http._rules import Rule
 
 __all__ = [
     "APIKey",

@@ -11,7 +11,7 @@ import math
 from typing import NamedTuple
 
 from asgi_ratelimit.algorithms import DECIDERS, Outcome, State
-from asgi_ratelimit.rates import Limit
+from asgi_ratelimit._rates import Limit
 
 __all__ = ["INF", "T0", "Driver", "Row", "play", "us"]
 

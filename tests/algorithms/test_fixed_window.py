@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from asgi_ratelimit.rates import Limit
+from asgi_ratelimit._rates import Limit
 
 from .driver import INF, Row, play
 

@@ -3,7 +3,7 @@ a request that would overflow the queue is denied."""
 
 from __future__ import annotations
 
-from asgi_ratelimit.rates import Limit
+from asgi_ratelimit._rates import Limit
 
 from .driver import INF, Row, play
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from asgi_ratelimit.rates import Limit
+from asgi_ratelimit._rates import Limit
 
 from .driver import INF, Row, play
 

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from asgi_ratelimit.backends.base import Backend, Check
-from asgi_ratelimit.backends.memory import MemoryBackend
-from asgi_ratelimit.rates import Limit
+from asgi_ratelimit.backends._protocol import Backend, Check
+from asgi_ratelimit.backends._memory import MemoryBackend
+from asgi_ratelimit._rates import Limit
 from tests.conftest import FakeClock
 
 MINUTE = 60_000_000

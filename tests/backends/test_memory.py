@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from asgi_ratelimit import ConfigurationError, Limit, MemoryBackend
 from asgi_ratelimit.algorithms import DECIDERS
 from asgi_ratelimit.backends import Backend, Check
-from asgi_ratelimit.backends.memory import _ARITY, _pack, _unpack
-from asgi_ratelimit.clock import monotonic_epoch_clock
-from asgi_ratelimit.rates import ALGORITHM_NAMES
+from asgi_ratelimit.backends._memory import _ARITY, _pack, _unpack
+from asgi_ratelimit._clock import monotonic_epoch_clock
+from asgi_ratelimit._rates import ALGORITHM_NAMES
 from tests.conftest import FakeClock
 
 ALGORITHMS = pytest.mark.parametrize("algorithm", ALGORITHM_NAMES)

@@ -12,15 +12,15 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from asgi_ratelimit.backends.base import Check
-from asgi_ratelimit.backends.memory import MemoryBackend
+from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit.backends._memory import MemoryBackend
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._keys import limit_code
 from asgi_ratelimit.backends.redis._script import decode
-from asgi_ratelimit.errors import ConfigurationError
-from asgi_ratelimit.limiter import RateLimiter
-from asgi_ratelimit.rates import Limit
-from asgi_ratelimit.rules import Rule
+from asgi_ratelimit._errors import ConfigurationError
+from asgi_ratelimit._limiter import RateLimiter
+from asgi_ratelimit._rates import Limit
+from asgi_ratelimit.http._rules import Rule
 from tests.conftest import FakeClock
 from tests.redis_servers import RedisServer, require_redis_binaries
 

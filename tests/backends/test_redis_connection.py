@@ -22,8 +22,8 @@ import uvloop
 from redis.asyncio.connection import Connection as RedisPyConnection
 from redis.credentials import UsernamePasswordCredentialProvider
 
-from asgi_ratelimit.backends.base import Check
-from asgi_ratelimit.backends.memory import MemoryBackend
+from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit.backends._memory import MemoryBackend
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._connection import Connection, ConnectionLost, ReplyError
 from asgi_ratelimit.backends.redis._keys import limit_code
@@ -36,8 +36,8 @@ from asgi_ratelimit.backends.redis._script import (
     encode,
     framed_args,
 )
-from asgi_ratelimit.errors import BackendError
-from asgi_ratelimit.rates import Limit
+from asgi_ratelimit._errors import BackendError
+from asgi_ratelimit._rates import Limit
 from tests.conftest import FakeClock
 from tests.redis_servers import REDIS_CLI, RedisServer, require_redis_binaries
 

@@ -20,12 +20,12 @@ import redis.asyncio as aioredis
 import trio
 from redis.crc import key_slot
 
-from asgi_ratelimit.backends.base import Check
+from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
-from asgi_ratelimit.errors import BackendError, ConfigurationError
-from asgi_ratelimit.limiter import PolicyCheck, RateLimiter
-from asgi_ratelimit.rates import Limit
-from asgi_ratelimit.rules import Rule
+from asgi_ratelimit._errors import BackendError, ConfigurationError
+from asgi_ratelimit._limiter import PolicyCheck, RateLimiter
+from asgi_ratelimit._rates import Limit
+from asgi_ratelimit.http._rules import Rule
 from tests.conftest import FakeClock
 from tests.redis_servers import RedisServer, free_port, require_redis_binaries, start_cluster
 

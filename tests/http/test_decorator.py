@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from asgi_ratelimit import ConfigurationError, Limit, MemoryBackend, RateLimiter
-from asgi_ratelimit.decorators import limit_endpoint
+from asgi_ratelimit.integrations._starlette import limit_endpoint
 from tests.conftest import FakeClock
 
 PEER = "198.51.100.7"

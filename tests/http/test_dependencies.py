@@ -25,8 +25,8 @@ from asgi_ratelimit import (
     Rule,
 )
 from asgi_ratelimit.algorithms import Outcome
-from asgi_ratelimit.backends.base import Check
-from asgi_ratelimit.rates import Limit as LimitType
+from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit._rates import Limit as LimitType
 from tests.conftest import FakeClock
 
 PEER = "198.51.100.7"

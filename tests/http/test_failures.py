@@ -11,7 +11,7 @@ import pytest
 
 from asgi_ratelimit import BackendError, Identity, Limit, MemoryBackend, RateLimiter, Rule
 from asgi_ratelimit.algorithms import Outcome
-from asgi_ratelimit.backends.base import Check
+from asgi_ratelimit.backends._protocol import Check
 from tests.conftest import FakeClock
 
 from .conftest import PEER, client, make_app

@@ -10,8 +10,8 @@ import pytest
 from starlette.responses import PlainTextResponse
 
 from asgi_ratelimit import Decision, Limit, RateLimiter, Rule
-from asgi_ratelimit.decision import PolicyStatus
-from asgi_ratelimit.headers import decision_headers, raw_headers
+from asgi_ratelimit._decision import PolicyStatus
+from asgi_ratelimit.http._headers import decision_headers, raw_headers
 from tests.conftest import FakeClock
 
 from .conftest import client, make_app
@@ -250,7 +250,7 @@ def test_never_passing_request_has_no_retry_after() -> None:
     status = PolicyStatus("big", Limit("5/minute"), False, 5, 0.0, float("inf"))
     decision = Decision.from_policies((status,))
     assert "Retry-After" not in decision.headers()
-    from asgi_ratelimit.responses import problem_body
+    from asgi_ratelimit.http._responses import problem_body
 
     assert json.loads(problem_body(decision))["detail"] == (
         "Rate limit 'big' exceeded: this request costs more than the limit allows at once and "

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from asgi_ratelimit.errors import ConfigurationError
-from asgi_ratelimit.identity import APIKey, Identity
+from asgi_ratelimit._errors import ConfigurationError
+from asgi_ratelimit.http.identity import APIKey, Identity
 
 PREMIUM = "k-premium-7f3a9c"
 PLAIN = "k-plain-12b4e0"

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asgi_ratelimit.errors import ConfigurationError
-from asgi_ratelimit.identity import ClientIP, Identity
+from asgi_ratelimit._errors import ConfigurationError
+from asgi_ratelimit.http.identity import ClientIP, Identity
 
 PROXY = "10.0.0.1"
 LB = "10.0.0.2"

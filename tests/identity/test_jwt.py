@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asgi_ratelimit.errors import ConfigurationError
-from asgi_ratelimit.identity import Identity, JWTSubject
+from asgi_ratelimit._errors import ConfigurationError
+from asgi_ratelimit.http.identity import Identity, JWTSubject
 
 SECRET = "test-secret-0123456789-abcdefghij-0123456789"  # 44 bytes: fine for HS256
 
@@ -337,7 +337,7 @@ class Block:
         if name == "jwt" or name.startswith("jwt."):
             raise ImportError("No module named 'jwt'")
 sys.meta_path.insert(0, Block())
-import asgi_ratelimit.identity as identity
+import asgi_ratelimit.http.identity as identity
 try:
     identity.JWTSubject(key="x" * 64)
 except ImportError as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..rates import Limit
+from .._rates import Limit
 from . import (
     fixed_window,
     gcra,

@@ -10,7 +10,7 @@ State: ``(queue_empty_at_scaled,)``.
 
 from __future__ import annotations
 
-from ..rates import Limit
+from .._rates import Limit
 from .base import NEVER, Outcome, State, ceil_div, scaled_cost
 
 __all__ = ["decide"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 
-from ..rates import Limit
+from .._rates import Limit
 from .base import NEVER, Outcome, State
 
 __all__ = ["decide"]

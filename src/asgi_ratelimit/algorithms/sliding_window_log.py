@@ -8,7 +8,7 @@ State: a tuple of ``(timestamp_us, cost)`` pairs, oldest first.
 
 from __future__ import annotations
 
-from ..rates import Limit
+from .._rates import Limit
 from .base import NEVER, Outcome, State
 
 __all__ = ["decide"]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .base import Backend, Check
-from .memory import MemoryBackend
+from ._protocol import Backend, Check
+from ._memory import MemoryBackend
 
 __all__ = ["Backend", "Check", "MemoryBackend"]

@@ -26,10 +26,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ...algorithms import Outcome
-from ...clock import Clock
-from ...errors import BackendError, ConfigurationError
-from ...rates import Limit
-from ..base import Check
+from ..._clock import Clock
+from ..._errors import BackendError, ConfigurationError
+from ..._rates import Limit
+from .._protocol import Check
 from ._connection import ConnectionLost, ReplyError, running_loop
 from ._cross_slot import run_across_slots
 from ._deny_cache import DenyCache

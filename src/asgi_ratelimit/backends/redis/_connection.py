@@ -26,7 +26,7 @@ from typing import Any
 
 import hiredis
 
-from ...errors import ConfigurationError
+from ..._errors import ConfigurationError
 from ._resp import pack
 from ._server import ServerSettings
 

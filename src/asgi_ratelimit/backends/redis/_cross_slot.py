@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ...algorithms import Outcome
-from ..base import Check
+from .._protocol import Check
 from ._script import Mode, decode
 
 __all__ = ["run_across_slots"]

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from ...algorithms import DECIDERS, Outcome, State
-from ...rates import Limit
-from ..base import Check
+from ..._rates import Limit
+from .._protocol import Check
 
 __all__ = ["DenyCache"]
 

@@ -14,8 +14,8 @@ import base64
 import hashlib
 from collections.abc import Sequence
 
-from ...rates import Limit
-from ..base import Check
+from ..._rates import Limit
+from .._protocol import Check
 from ._script import validate_limit
 
 __all__ = ["KeyNames", "limit_code"]

@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...errors import BackendError
+from ..._errors import BackendError
 from ._connection import (
     Connection,
     ConnectionLost,

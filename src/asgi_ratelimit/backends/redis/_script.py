@@ -21,9 +21,9 @@ from importlib import resources
 from typing import Literal
 
 from ...algorithms import Outcome, State
-from ...errors import ConfigurationError
-from ...rates import Limit
-from ..base import Check
+from ..._errors import ConfigurationError
+from ..._rates import Limit
+from .._protocol import Check
 from ._resp import frame
 
 __all__ = [

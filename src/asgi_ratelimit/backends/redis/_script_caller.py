@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
-from ..base import Check
+from .._protocol import Check
 from ._connection import ReplyError
 from ._node import Node
 from ._resp import command, frame, pack

@@ -19,7 +19,7 @@ from typing import Any
 
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 
-from ...errors import ConfigurationError
+from ..._errors import ConfigurationError
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "ServerSettings"]
 

@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection, SSLConnection, parse_url
 from redis.asyncio.sentinel import SentinelConnectionPool
 
-from ...errors import ConfigurationError
+from ..._errors import ConfigurationError
 from ._server import DEFAULT_CONNECT_TIMEOUT, ServerSettings
 
 __all__ = ["Target"]

@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ...errors import BackendError, ConfigurationError
+from ..._errors import BackendError, ConfigurationError
 from ._connection import ConnectionLost, ReplyError, open_connection
 from ._node import Node
 from ._resp import pack

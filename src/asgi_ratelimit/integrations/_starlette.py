@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .endpoint_limit import CostLike, EndpointKey, EndpointLimit
-from .errors import ConfigurationError
-from .rates import LimitsLike
+from ._endpoint import CostLike, EndpointKey, EndpointLimit
+from .._errors import ConfigurationError
+from .._rates import LimitsLike
 
 if TYPE_CHECKING:
-    from .limiter import RateLimiter
-    from .rules import FailurePolicy
+    from .._limiter import RateLimiter
+    from ..http._rules import FailurePolicy
 
 __all__ = ["Endpoint", "limit_endpoint"]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
-from .paths import request_path
-from .rules import Rule
-from .ruleset import RuleSet
+from ._paths import request_path
+from ._rules import Rule
+from ._ruleset import RuleSet
 
 __all__ = ["RouteCache", "Routed", "route_of"]
 

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from ..algorithms import DECIDERS, Outcome, State
-from ..clock import Clock, monotonic_epoch_clock
-from ..errors import ConfigurationError
-from ..rates import Limit
-from .base import Check
-from .memory_entries import Entry, Tables, _pack, _sweep, _unpack
+from .._clock import Clock, monotonic_epoch_clock
+from .._errors import ConfigurationError
+from .._rates import Limit
+from ._protocol import Check
+from ._memory_entries import Entry, Tables, _pack, _sweep, _unpack
 
 __all__ = ["MemoryBackend"]
 

@@ -6,9 +6,9 @@ raises an ``ImportError`` naming ``pip install "asgi-rate-limit[jwt]"`` when con
 
 from __future__ import annotations
 
-from .api_key import APIKey
-from .base import Identity, IdentitySource, Scope
-from .ip import ClientIP
-from .jwt import JWTSubject
+from ._api_key import APIKey
+from ._base import Identity, IdentitySource, Scope
+from ._ip import ClientIP
+from ._jwt import JWTSubject
 
 __all__ = ["APIKey", "ClientIP", "Identity", "IdentitySource", "JWTSubject", "Scope"]

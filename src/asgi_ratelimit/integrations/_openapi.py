@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .endpoint_limit import EndpointLimit
-from .errors import ConfigurationError
+from ._endpoint import EndpointLimit
+from .._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from .limiter import RateLimiter
+    from .._limiter import RateLimiter
 
 __all__ = ["PROBLEM_SCHEMA", "document", "route_policies"]
 

@@ -16,17 +16,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from .access import AccessList
-from .backends.base import Backend, Check
-from .backends.memory import MemoryBackend
-from .decision import Decision, HeaderStyle
-from .identity.base import Identity, IdentitySource, Scope
-from .rates import Limit, LimitsLike
-from .request_identity import RequestIdentity
-from .request_routes import RouteCache
-from .request_routes import route_of as _route
-from .rules import FailurePolicy, Rule, TieredLimits
-from .ruleset import RuleSet
+from ._access import AccessList
+from ..backends._protocol import Backend, Check
+from ..backends._memory import MemoryBackend
+from .._decision import Decision, HeaderStyle
+from .identity._base import Identity, IdentitySource, Scope
+from .._rates import Limit, LimitsLike
+from ._identity import RequestIdentity
+from ._routes import RouteCache
+from ._routes import route_of as _route
+from ._rules import FailurePolicy, Rule, TieredLimits
+from ._ruleset import RuleSet
 
 if TYPE_CHECKING:
     from starlette.responses import Response
@@ -248,6 +248,6 @@ class RequestLimiting(RequestIdentity):
 
     def denied_response(self, decision: Decision, scope: Scope | None = None) -> Response:
         """The 429 as a Starlette ``Response``: problem+json, ``Retry-After`` and headers."""
-        from .responses import starlette_denied_response
+        from ._responses import starlette_denied_response
 
         return starlette_denied_response(decision, self.header_style)

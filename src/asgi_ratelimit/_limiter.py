@@ -7,14 +7,14 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from .backends.base import Backend, Check
-from .backends.memory import MemoryBackend
-from .decision import Decision, HeaderStyle, PolicyStatus, policy_status, policy_statuses
-from .errors import BackendError, ConfigurationError
-from .identity.base import Identity, IdentitySource
-from .rates import Limit, LimitsLike, parse_limits
-from .request import Access, PolicyCheck, RequestLimiting, Verdict
-from .rules import (
+from .backends._protocol import Backend, Check
+from .backends._memory import MemoryBackend
+from ._decision import Decision, HeaderStyle, PolicyStatus, policy_status, policy_statuses
+from ._errors import BackendError, ConfigurationError
+from .http.identity._base import Identity, IdentitySource
+from ._rates import Limit, LimitsLike, parse_limits
+from .http._policy import Access, PolicyCheck, RequestLimiting, Verdict
+from .http._rules import (
     FAILURE_POLICIES,
     FailurePolicy,
     Rule,
@@ -28,10 +28,10 @@ if TYPE_CHECKING:
 
     from fastapi import FastAPI
 
-    from .decorators import Endpoint as EndpointT
-    from .dependencies import RateLimitDependency
-    from .endpoint_limit import CostLike as EndpointCost
-    from .endpoint_limit import EndpointKey
+    from .integrations._starlette import Endpoint as EndpointT
+    from .integrations._fastapi import RateLimitDependency
+    from .integrations._endpoint import CostLike as EndpointCost
+    from .integrations._endpoint import EndpointKey
 
 __all__ = [
     "FAILURE_POLICIES",
@@ -264,7 +264,7 @@ class RateLimiter(RequestLimiting):
         on_backend_error: FailurePolicy | None = None,
     ) -> RateLimitDependency:
         """A FastAPI dependency: ``Depends(limiter.limit("2/minute", cost=1, key="ip"))``."""
-        from .dependencies import RateLimitDependency
+        from .integrations._fastapi import RateLimitDependency
 
         return RateLimitDependency(
             self, limits, cost=cost, key=key, name=name, on_backend_error=on_backend_error
@@ -280,7 +280,7 @@ class RateLimiter(RequestLimiting):
         on_backend_error: FailurePolicy | None = None,
     ) -> Callable[[EndpointT], EndpointT]:
         """A decorator for Starlette endpoints: ``@limiter.limit_endpoint("5/minute")``."""
-        from .decorators import limit_endpoint
+        from .integrations._starlette import limit_endpoint
 
         return limit_endpoint(
             self, limits, cost=cost, key=key, name=name, on_backend_error=on_backend_error
@@ -288,7 +288,7 @@ class RateLimiter(RequestLimiting):
 
     def document(self, app: FastAPI) -> None:
         """Add the 429 and the rate-limit headers to the OpenAPI schema of limited routes."""
-        from .openapi import document
+        from .integrations._openapi import document
 
         document(self, app)
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from .access import IPAddress
-from .errors import ConfigurationError
-from .identity.base import Identity, IdentitySource, Scope
-from .identity.ip import ClientIP
+from ._access import IPAddress
+from .._errors import ConfigurationError
+from .identity._base import Identity, IdentitySource, Scope
+from .identity._ip import ClientIP
 
 __all__ = ["RequestIdentity"]
 

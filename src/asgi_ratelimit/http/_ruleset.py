@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .errors import ConfigurationError
-from .paths import normalize_path
-from .rates import LimitsLike
-from .rules import Rule, TieredLimits
+from .._errors import ConfigurationError
+from ._paths import normalize_path
+from .._rates import LimitsLike
+from ._rules import Rule, TieredLimits
 
 __all__ = ["RuleSet"]
 

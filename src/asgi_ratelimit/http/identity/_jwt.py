@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from ..errors import ConfigurationError
-from ._headers import header_values
-from .base import Identity
-from .jwks import JWKSKeys
+from ..._errors import ConfigurationError
+from ._header_values import header_values
+from ._base import Identity
+from ._jwks import JWKSKeys
 
 try:
     import httpx

@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from ..errors import ConfigurationError
-from ._headers import header_values
-from .base import Identity
+from ..._errors import ConfigurationError
+from ._header_values import header_values
+from ._base import Identity
 
 __all__ = ["APIKey", "KeyLookup", "hash_key"]
 

@@ -7,7 +7,7 @@ from types import TracebackType
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from ..algorithms import Outcome
-from ..rates import Limit
+from .._rates import Limit
 
 __all__ = ["Backend", "Check"]
 

@@ -20,13 +20,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .decision import Decision
-from .endpoint_limit import CostLike, EndpointKey, EndpointLimit
-from .errors import RateLimitExceeded
-from .rates import LimitsLike
+from .._decision import Decision
+from ._endpoint import CostLike, EndpointKey, EndpointLimit
+from .._errors import RateLimitExceeded
+from .._rates import LimitsLike
 
 if TYPE_CHECKING:
-    from .limiter import FailurePolicy, RateLimiter
+    from .._limiter import FailurePolicy, RateLimiter
 
 __all__ = ["RateLimitDependency", "RateLimitHTTPException"]
 

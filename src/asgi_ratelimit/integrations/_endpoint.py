@@ -19,20 +19,20 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .backends.base import Check
-from .decision import Decision, PolicyStatus
-from .errors import ConfigurationError
-from .headers import decision_headers
-from .identity.base import Identity
-from .limiter import Access, PolicyCheck
-from .paths import route_path
-from .rates import LimitsLike, parse_limits
-from .responses import PROBLEM_JSON as _PROBLEM_JSON
-from .responses import forbidden_parts
-from .rules import FailurePolicy, validate_cost, validate_failure_policy
+from ..backends._protocol import Check
+from .._decision import Decision, PolicyStatus
+from .._errors import ConfigurationError
+from ..http._headers import decision_headers
+from ..http.identity._base import Identity
+from .._limiter import Access, PolicyCheck
+from ..http._paths import route_path
+from .._rates import LimitsLike, parse_limits
+from ..http._responses import PROBLEM_JSON as _PROBLEM_JSON
+from ..http._responses import forbidden_parts
+from ..http._rules import FailurePolicy, validate_cost, validate_failure_policy
 
 if TYPE_CHECKING:
-    from .limiter import RateLimiter
+    from .._limiter import RateLimiter
 
 __all__ = ["CostLike", "EndpointKey", "EndpointLimit", "EndpointVerdict"]
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from typing import Literal, get_args
 
-from .errors import ConfigurationError
+from ._errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_ALGORITHM",

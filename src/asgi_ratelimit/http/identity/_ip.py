@@ -8,9 +8,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from ..errors import ConfigurationError
-from ._headers import header_values
-from .base import Identity
+from ..._errors import ConfigurationError
+from ._header_values import header_values
+from ._base import Identity
 
 __all__ = ["ClientIP", "IPAddress", "parse_address"]
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .decision import Decision, HeaderStyle, PolicyStatus
+    from .._decision import Decision, HeaderStyle, PolicyStatus
 
 __all__ = [
     "OnePolicyHeaders",

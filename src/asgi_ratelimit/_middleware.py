@@ -14,12 +14,12 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
-from .decision import Decision
-from .errors import ConfigurationError
-from .headers import raw_headers, response_headers
-from .limiter import RateLimiter, Verdict
-from .request import RequestLimiting
-from .responses import denied_parts, forbidden_parts, send_http
+from ._decision import Decision
+from ._errors import ConfigurationError
+from .http._headers import raw_headers, response_headers
+from ._limiter import RateLimiter, Verdict
+from .http._policy import RequestLimiting
+from .http._responses import denied_parts, forbidden_parts, send_http
 
 __all__ = ["OnLimited", "RateLimitMiddleware"]
 

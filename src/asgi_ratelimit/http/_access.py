@@ -11,7 +11,7 @@ import ipaddress
 import re
 from collections.abc import Iterable
 
-from .errors import ConfigurationError
+from .._errors import ConfigurationError
 
 __all__ = ["AccessList", "IPAddress"]
 

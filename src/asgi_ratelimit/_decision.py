@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .algorithms import NEVER, Outcome
-from .identity.base import Identity
-from .rates import Limit
+from .http.identity._base import Identity
+from ._rates import Limit
 
 __all__ = ["Decision", "HeaderStyle", "PolicyStatus", "policy_status", "policy_statuses"]
 
 if TYPE_CHECKING:
-    from .request import PolicyCheck
+    from .http._policy import PolicyCheck
 
 HeaderStyle = Literal["both", "legacy", "ietf", "none"]
 
@@ -143,7 +143,7 @@ class Decision:
 
     def headers(self, style: HeaderStyle = "both") -> dict[str, str]:
         """The response headers for this decision (``Retry-After`` included when denied)."""
-        from .headers import decision_headers
+        from .http._headers import decision_headers
 
         return dict(decision_headers(self, style))
 

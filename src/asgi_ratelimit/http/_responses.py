@@ -24,12 +24,12 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from .headers import raw_headers, whole_seconds
+from ._headers import raw_headers, whole_seconds
 
 if TYPE_CHECKING:
     from starlette.responses import Response
 
-    from .decision import Decision, HeaderStyle
+    from .._decision import Decision, HeaderStyle
 
 __all__ = [
     "QUOTA_EXCEEDED",

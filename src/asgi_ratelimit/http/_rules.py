@@ -14,9 +14,9 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Literal, get_args
 
-from .errors import ConfigurationError
-from .identity.base import Scope
-from .rates import Limit, LimitsLike, parse_limits
+from .._errors import ConfigurationError
+from .identity._base import Scope
+from .._rates import Limit, LimitsLike, parse_limits
 
 __all__ = [
     "FAILURE_POLICIES",

@@ -1,0 +1,1 @@
+"""The doors frameworks open: the FastAPI dependency, the Starlette decorator, OpenAPI. Internal."""
