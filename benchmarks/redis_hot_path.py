@@ -36,10 +36,10 @@ import redis
 import redis.asyncio as aioredis
 
 from asgi_ratelimit import Limit, RateLimiter
+from asgi_ratelimit._limiter import PolicyCheck
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._script import SCRIPT, SCRIPT_SHA, encode
-from asgi_ratelimit._limiter import PolicyCheck
 
 __all__ = ["main"]
 

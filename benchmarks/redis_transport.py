@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 
+from asgi_ratelimit._rates import Limit
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._script import FUNCTION_NAME, encode
-from asgi_ratelimit._rates import Limit
 
 from .redis_hot_path import _Server
 

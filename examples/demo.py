@@ -12,8 +12,8 @@ import time
 import jwt
 
 from asgi_ratelimit import APIKey, ClientIP, JWTSubject, MemoryBackend, RateLimiter, Rule
-from asgi_ratelimit.backends._protocol import Backend
 from asgi_ratelimit._clock import Clock
+from asgi_ratelimit.backends._protocol import Backend
 
 __all__ = [
     "API_KEYS",

@@ -1,7 +1,7 @@
 """``GET /rate_limit`` for both examples: the caller's quotas for every rule, consuming nothing.
 
-Like GitHub's ``/rate_limit``: one entry per policy, read with a single ``peek`` (one backend
-round trip), so asking costs nothing and never counts against any limit.
+Like GitHub's ``/rate_limit``: one entry per policy, read without counting anything, so
+asking costs nothing and never counts against any limit. Public names only.
 
     {"tier": "free", "resources": {"login": {"limit": 5, "remaining": 4, "used": 1,
      "reset": 60, "window": 60}, ...}}
@@ -11,47 +11,47 @@ round trip), so asking costs nothing and never counts against any limit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import math
+from collections.abc import Iterable, MutableMapping
+from typing import Any, Protocol
 
-from asgi_ratelimit import RateLimiter
-from asgi_ratelimit.backends._protocol import Check
-from asgi_ratelimit.integrations._endpoint import EndpointLimit
-from asgi_ratelimit.http.identity._base import Scope
-from asgi_ratelimit._limiter import PolicyCheck
+from asgi_ratelimit import PolicyStatus, RateLimiter
 
 __all__ = ["current_quotas"]
 
 
+class NamedLimit(Protocol):
+    """``limiter.limit(..., name=...)``, or a decorated endpoint's ``__rate_limit__``."""
+
+    async def usage(self, scope: MutableMapping[str, Any]) -> tuple[PolicyStatus, ...]: ...
+
+
 async def current_quotas(
-    limiter: RateLimiter, scope: Scope, endpoint_limits: Iterable[EndpointLimit] = ()
+    limiter: RateLimiter, scope: MutableMapping[str, Any], named: Iterable[NamedLimit] = ()
 ) -> dict[str, Any]:
-    """Every rule's (and every named endpoint limit's) quota for the caller of ``scope``."""
+    """Every rule's (and every named route limit's) quota for the caller of ``scope``."""
+    policies: dict[str, PolicyStatus] = {}
+    # The request itself (the default limits apply to it), then each rule, as a request
+    # on the rule's own path would meet it.
+    scopes = [scope]
+    for rule in limiter.rules:
+        method = sorted(rule.methods)[0] if rule.methods else "GET"
+        scopes.append({**scope, "method": method, "path": rule.path, "raw_path": None})
+    for each in scopes:
+        for policy in await limiter.usage(each):
+            policies.setdefault(policy.name, policy)
+    for limit in named:
+        for policy in await limit.usage(scope):
+            policies.setdefault(policy.name, policy)
     identity = await limiter.identify(scope)
-    ip_key = await limiter.client_ip_key(scope)
-    rules = [*limiter.rules, *([limiter.default_rule] if limiter.default_rule else [])]
-    checks: list[PolicyCheck] = []
-    for rule in rules:
-        key = rule.budget_key(identity.key, ip_key, rule.path)
-        for name, limit in rule.limits_for(identity.tier, limiter.default_tier):
-            # Cost 0 asks "what is left now" without pretending to spend anything.
-            checks.append(PolicyCheck(name, Check(key, limit, 0)))
-    for spec in endpoint_limits:
-        checks.extend(spec.quota_checks(identity, ip_key))
-    decision = await limiter.decide(checks, identity, consume=False)
     resources = {
-        policy.name: {
-            "limit": policy.quota,
+        name: {
+            "limit": policy.capacity,
             "remaining": policy.remaining,
-            "used": policy.quota - policy.remaining,
-            "reset": 0 if policy.remaining >= policy.quota else _seconds(policy.reset_after),
+            "used": policy.capacity - policy.remaining,
+            "reset": 0 if policy.remaining >= policy.capacity else math.ceil(policy.reset_after),
             "window": policy.window,
         }
-        for policy in decision.policies
+        for name, policy in policies.items()
     }
     return {"tier": identity.tier or limiter.default_tier, "resources": resources}
-
-
-def _seconds(value: float) -> int:
-    whole = int(value)
-    return whole if whole == value else whole + 1

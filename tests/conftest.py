@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import pytest
 
 # Real redis-server processes (and their fixtures) for every test that needs one.
@@ -24,3 +27,8 @@ class FakeClock:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+async def settle(value: Any) -> Any:
+    """``value``, awaited when it is awaitable: identity sources answer at once or later."""
+    return await value if inspect.isawaitable(value) else value

@@ -79,9 +79,11 @@ async def test_the_binding_limit(limiter: RateLimiter, clock: FakeClock) -> None
     clock.advance(0.5)
     denied = await limiter.hit("k", limits)
     assert (denied.allowed, denied.policy, denied.retry_after) == (False, "1/second", 0.5)
+    # The policy that did not refuse reports what it really has left: the refused request
+    # took nothing from it.
     assert [(p.name, p.allowed, p.remaining) for p in denied.policies] == [
         ("1/second", False, 0),
-        ("2/minute", True, 0),
+        ("2/minute", True, 1),
     ]
     clock.advance(0.5)
     tie = await limiter.hit("k", limits)
@@ -220,7 +222,7 @@ def test_retry_after_header_rounds_up_to_whole_seconds(
 
 
 def test_a_decision_without_limits_is_unlimited() -> None:
-    decision = Decision.from_policies(())
+    decision = Decision.of(())
     assert (decision.allowed, decision.limited, decision.policy, decision.remaining) == (
         True,
         False,

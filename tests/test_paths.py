@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asgi_ratelimit.http._paths import MAX_PATH_LENGTH, normalize_path, request_path, route_path
+from asgi_ratelimit.http._paths import MAX_PATH_LENGTH, normalize_path, route_paths
 
 
 @pytest.mark.parametrize(
@@ -46,21 +46,23 @@ def test_very_long_paths_are_cut_not_rejected() -> None:
 @pytest.mark.parametrize(
     ("scope", "expected"),
     [
-        ({"path": "/api/v1/items", "root_path": "/api"}, "/v1/items"),
-        ({"path": "/api", "root_path": "/api"}, "/"),
-        ({"path": "/apix/items", "root_path": "/api"}, "/apix/items"),  # not under root_path
-        ({"path": "/items", "root_path": ""}, "/items"),
-        ({"raw_path": b"/auth/%6Cogin?x=1"}, "/auth/login"),  # only raw_path: decoded once
-        ({"raw_path": b"/bad%zz%"}, "/bad%zz%"),  # malformed escapes stay as they are
-        ({}, "/"),
+        # Without and with root_path: Starlette strips it, Falcon and Django route on both.
+        ({"path": "/api/v1/items", "root_path": "/api"}, ("/v1/items", "/api/v1/items")),
+        ({"path": "/v1/items", "root_path": "/api"}, ("/v1/items", "/api/v1/items")),
+        ({"path": "/api", "root_path": "/api"}, ("/", "/api")),
+        ({"path": "/apix/items", "root_path": "/api"}, ("/apix/items", "/api/apix/items")),
+        ({"path": "/items", "root_path": ""}, ("/items",)),
+        ({"path": "/Items/", "raw_path": b"/Items/"}, ("/items",)),
+        # Only raw_path: decoded once.
+        ({"raw_path": b"/auth/%6Cogin?x=1"}, ("/auth/login",)),
+        ({"raw_path": b"/bad%zz%"}, ("/bad%zz%",)),  # malformed escapes stay as they are
+        # %2F: the decoded path, and raw_path's segments decoded one by one (Sanic routes so).
+        ({"path": "/files/a/b", "raw_path": b"/files/a%2Fb"}, ("/files/a/b", "/files/a%2fb")),
+        ({}, ("/",)),
     ],
 )
-def test_route_path(scope: dict[str, object], expected: str) -> None:
-    assert route_path(scope) == expected
-
-
-def test_request_path_strips_root_path_then_normalizes() -> None:
-    assert request_path({"path": "/api//Auth/./login/", "root_path": "/api"}) == "/auth/login"
+def test_route_paths(scope: dict[str, object], expected: tuple[str, ...]) -> None:
+    assert route_paths(scope) == expected
 
 
 @settings(max_examples=200, deadline=None)

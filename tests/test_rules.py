@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from asgi_ratelimit import ClientIP, ConfigurationError, Identity, Limit, RateLimiter, Rule
+from asgi_ratelimit import (
+    ClientIP,
+    ConfigurationError,
+    Decision,
+    Identity,
+    Limit,
+    RateLimiter,
+    Rule,
+)
 from asgi_ratelimit.http._paths import normalize_path
+from tests.conftest import settle
 
 
 def matches(rule: Rule, method: str, path: str) -> bool:
@@ -79,31 +88,36 @@ def test_tiers_pick_limits_with_default_tier() -> None:
     assert rule.limits_for("staff", "free") == ()  # None: unlimited for that tier
 
 
-def test_budget_keys() -> None:
-    ident, ip = "user:42", "ip:203.0.113.7"
-    assert Rule("/i/{id}", limits="1/s", name="i").budget_key(ident, ip, "/i/1") == "rule:i|user:42"
-    assert Rule("/i/{id}", limits="1/s", name="i", key="ip").budget_key(ident, ip, "/i/1") == (
-        "rule:i|ip:203.0.113.7"
-    )
-    assert Rule("/i/{id}", limits="1/s", name="i", key="global").budget_key(ident, ip, "/") == (
-        "rule:i|*"
-    )
+def _budgets(rule: Rule, path: str = "/i/1") -> list[tuple[str, str]]:
+    """(whose budget, which budget) of each check a request on ``path`` makes."""
+    limiter = RateLimiter(rules=[rule])
+    scope = {"type": "http", "method": "GET", "path": path, "client": ("203.0.113.7", 1)}
+    identity = Identity("user:42", None, "jwt")
+    route = limiter.policy.rules.route(scope)
+    return [(pc.check.key, pc.check.budget) for pc in limiter.policy.checks(scope, identity, route)]
+
+
+def test_budgets() -> None:
+    assert _budgets(Rule("/i/{id}", limits="1/s", name="i")) == [("user:42", "rule:i")]
+    assert _budgets(Rule("/i/{id}", limits="1/s", name="i", key="ip")) == [
+        ("ip:203.0.113.7", "rule:i")
+    ]
+    assert _budgets(Rule("/i/{id}", limits="1/s", name="i", key="global")) == [("*", "rule:i")]
     per_path = Rule("/i/{id}", limits="1/s", name="i", key="path")
-    assert per_path.budget_key(ident, ip, "/i/1") == "rule:i|user:42|/i/1"
-    long_key = per_path.budget_key(ident, ip, "/i/" + "x" * 1000)
-    assert long_key.startswith("rule:i|user:42|#") and len(long_key) == len("rule:i|user:42|#") + 32
+    assert _budgets(per_path) == [("user:42", "rule:i|/i/1")]
+    [(subject, budget)] = _budgets(per_path, "/i/" + "x" * 1000)
+    assert subject == "user:42" and budget.startswith("rule:i|#") and len(budget) == 8 + 32
 
 
 async def test_cost_callable_and_number() -> None:
-    assert await Rule("/x", limits="5/s", cost=2).cost_for({}) == 2
-    assert await Rule("/x", limits="5/s", cost=lambda scope: 3).cost_for({}) == 3
-
     async def async_cost(scope: object) -> float:
         return 4
 
-    assert await Rule("/x", limits="5/s", cost=async_cost).cost_for({}) == 4
-    with pytest.raises(ConfigurationError, match="cost callable returned: cost=-1"):
-        await Rule("/x", limits="5/s", cost=lambda scope: -1).cost_for({})
+    scope = {"type": "http", "method": "GET", "path": "/x", "client": ("203.0.113.7", 1)}
+    for cost, used in ((2, 2), (lambda scope: 3, 3), (async_cost, 4)):
+        limiter = RateLimiter(rules=[Rule("/x", limits="10/minute", cost=cost)])
+        decision = await settle(limiter.check(dict(scope)))
+        assert isinstance(decision, Decision) and decision.remaining == 10 - used
 
 
 @pytest.mark.parametrize(
@@ -175,19 +189,20 @@ def test_limiter_compiles_rules_and_sources() -> None:
         deny=["203.0.113.0/24"],
         default_tier="free",
     )
-    assert limiter.ip_source is ip  # the configured ClientIP serves key="ip" and the fallback
+    policy = limiter.policy
+    assert policy.identities.ip is ip  # the configured ClientIP serves key="ip" and the fallback
     assert [rule.name for rule in limiter.rules] == ["/a", "/b"]
     assert limiter.default_rule is not None and limiter.default_rule.name == "default"
-    assert limiter.allow.keys == frozenset({"ip:10.1.2.3"})
-    assert [str(n) for n in limiter.deny.networks] == ["203.0.113.0/24"]
+    assert policy.allow.keys == frozenset({"ip:10.1.2.3"})
+    assert [str(n) for n in policy.deny.networks] == ["203.0.113.0/24"]
     assert limiter.describe_rules("GET", "/b") == ["/b: free: 1/second; pro: 9/second"]
     assert limiter.describe_rules("GET", "/c") == ["default: 100/hour"]
-    assert limiter.matching_rules("GET", "/a") == [limiter.rules[0]]
+    assert policy.rules.match("GET", "/a") == (limiter.rules[0],)
 
 
 def test_stop_ends_matching() -> None:
     first = Rule("/api/admin", limits="1/s", stop=True)
     second = Rule("/api/*", limits="10/s")
     limiter = RateLimiter(rules=[first, second], default_limits="100/hour")
-    assert limiter.matching_rules("GET", "/api/admin") == [first]
-    assert limiter.matching_rules("GET", "/api/other") == [second]
+    assert limiter.policy.rules.match("GET", "/api/admin") == (first,)
+    assert limiter.policy.rules.match("GET", "/api/other") == (second,)

@@ -33,8 +33,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from asgi_ratelimit import RateLimitMiddleware
-from asgi_ratelimit.backends._protocol import Backend
 from asgi_ratelimit._clock import Clock
+from asgi_ratelimit.backends._protocol import Backend
 from examples.demo import (
     API_KEYS,
     DEFAULT_JWT_SECRET,

@@ -1,30 +1,46 @@
-"""Exact, fast rate limiting for ASGI apps: memory, Redis and Redis Cluster backends."""
+"""Exact, fast rate limiting for ASGI apps: memory, Redis, Sentinel and Redis Cluster backends.
+
+    from asgi_ratelimit import RateLimiter, RateLimitMiddleware, Rule
+
+    limiter = RateLimiter(rules=[Rule("/auth/login", methods=["POST"], limits="5/minute")])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+This module is the public surface; every other module is internal, except
+``asgi_ratelimit.backends`` (the protocol for backends of your own) and
+``asgi_ratelimit.backends.redis`` (``RedisBackend``, the ``redis`` extra).
+"""
 
 from __future__ import annotations
 
-from .backends._memory import MemoryBackend
-from ._decision import Decision
+from ._decision import Decision, PolicyStatus
 from ._errors import BackendError, ConfigurationError, RateLimitExceeded
-from .http.identity import APIKey, ClientIP, JWTSubject
-from .http.identity._base import Identity
+from ._identity import Identity
 from ._limiter import RateLimiter
 from ._middleware import RateLimitMiddleware
 from ._rates import Limit
+from .backends._memory import MemoryBackend
 from .http._rules import Rule
+from .http.identity import APIKey, ClientIP, JWTSubject
 
 __all__ = [
-    "APIKey",
-    "BackendError",
-    "ClientIP",
-    "ConfigurationError",
-    "Decision",
-    "Identity",
-    "JWTSubject",
+    # limiting
     "Limit",
-    "MemoryBackend",
-    "RateLimitExceeded",
     "RateLimitMiddleware",
     "RateLimiter",
     "Rule",
+    # who is asking
+    "APIKey",
+    "ClientIP",
+    "Identity",
+    "JWTSubject",
+    # what it answers
+    "Decision",
+    "PolicyStatus",
+    # where state lives
+    "MemoryBackend",
+    # errors
+    "BackendError",
+    "ConfigurationError",
+    "RateLimitExceeded",
 ]
 __version__ = "0.1.0"

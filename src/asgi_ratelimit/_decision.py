@@ -1,51 +1,97 @@
-"""`Decision`: what the limiter answers for one request, and what it tells the client."""
+"""`Decision`: what the limiter answers for one request, and the one place it is built.
+
+A request is checked against policies (`PolicyCheck`: a named limit of a rule, a route or a
+direct call); the backend answers one `Outcome` per check; `decide_from` turns them into one
+`PolicyStatus` per policy and the `Decision`. Every door (middleware, dependency, decorator,
+direct call) builds its decisions here.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal, NamedTuple
 
-from .algorithms import NEVER, Outcome
-from .http.identity._base import Identity
+from ._headers import text_headers
+from ._identity import Identity
 from ._rates import Limit
+from .algorithms import NEVER, Outcome
+from .backends._protocol import Backend, Check
 
-__all__ = ["Decision", "HeaderStyle", "PolicyStatus", "policy_status", "policy_statuses"]
+__all__ = [
+    "Charge",
+    "Decision",
+    "FailurePolicy",
+    "HeaderStyle",
+    "PolicyCheck",
+    "PolicyStatus",
+    "decide_from",
+]
 
-if TYPE_CHECKING:
-    from .http._policy import PolicyCheck
+FailurePolicy = Literal["allow", "deny", "fallback"]
 
-HeaderStyle = Literal["both", "legacy", "ietf", "none"]
+
+class Charge(NamedTuple):
+    """What one decision consumed: given back by `Charge.refund` when a later door refuses."""
+
+    backend: Backend
+    checks: tuple[Check, ...]
+    at: Any
+
+    def refund(self) -> Awaitable[None] | None:
+        return self.backend.refund(self.checks, self.at)
+
+
+class PolicyCheck(NamedTuple):
+    """One policy of a request: the name its headers carry, and the check the backend runs."""
+
+    name: str
+    check: Check
+    #: what this policy gets while the backend fails; None: the limiter's own
+    on_backend_error: FailurePolicy | None = None
 
 
 # Not frozen: a frozen dataclass costs ~1 us more to build, and one of these is built per
 # policy per request. Treat both as read-only values.
 @dataclass(slots=True)
 class PolicyStatus:
-    """One limit's state after a request: one item of the ``RateLimit`` header."""
+    """One policy's state after a request: one item of the ``RateLimit`` header.
+
+    status.remaining      # whole requests left now (r)
+    status.next_after     # seconds until more quota than that is available (t)
+    status.quota, status.window       # the pace the policy admits (q per w seconds)
+    """
 
     name: str
     limit: Limit
     allowed: bool
-    #: requests left (whole requests, never negative)
+    #: requests left now: after this request when it counted, else before it (never negative)
     remaining: int
     #: seconds until the quota is fully restored
     reset_after: float
     #: seconds until the same request would pass (0 when allowed; ``math.inf`` if never)
     retry_after: float
+    #: seconds until more quota than ``remaining`` is available (0 when the quota is full);
+    #: for a policy that refused the request, its ``retry_after``
+    next_after: float
     #: seconds the request must wait before proceeding (leaky bucket shaping)
     delay: float = 0.0
 
     @property
     def quota(self) -> int:
-        """The most requests the policy allows at once (the bucket capacity for buckets)."""
-        return self.limit.capacity
+        """``q``: requests the policy admits per ``window`` (the limit's amount)."""
+        return self.limit.amount
 
     @property
     def window(self) -> int:
-        """The policy's period in whole seconds."""
+        """``w``: the policy's period in whole seconds."""
         return self.limit.period
+
+    @property
+    def capacity(self) -> int:
+        """The most requests the policy admits at once (the bucket kinds' ``burst``)."""
+        return self.limit.burst
 
 
 @dataclass(slots=True)
@@ -57,8 +103,9 @@ class Decision:
             wait = decision.retry_after       # seconds; exact
         response.headers.update(decision.headers())
 
-    The top-level numbers are those of the binding policy (``policy``): the one that denied
+    The top-level numbers are those of the binding policy (``policy``): the one that refused
     the request (the longest wait when several did), else the one with the least remaining.
+    ``limit`` is that policy's capacity.
     """
 
     allowed: bool
@@ -70,6 +117,8 @@ class Decision:
     policy: str | None
     identity: Identity | None = None
     policies: tuple[PolicyStatus, ...] = field(default=())
+    #: what this decision consumed, for a refund if a later door refuses the request
+    charge: Charge | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def unlimited(cls, identity: Identity | None = None) -> Decision:
@@ -77,62 +126,46 @@ class Decision:
         return cls(True, 0, 0, 0.0, 0.0, 0.0, None, identity, ())
 
     @classmethod
-    def from_policies(
-        cls, policies: tuple[PolicyStatus, ...], identity: Identity | None = None
-    ) -> Decision:
+    def of(cls, policies: tuple[PolicyStatus, ...], identity: Identity | None = None) -> Decision:
+        """The decision of these policies: allowed when every one allowed."""
         if not policies:
             return cls.unlimited(identity)
-        if len(policies) == 1:
-            return cls.from_one(policies[0], identity)
-        # Allowed (the usual case, one pass): the binding policy has the least left and, among
-        # those, the latest reset (the first such one); the request waits for the longest delay.
         binding = policies[0]
-        delay = binding.delay
+        allowed = True
+        delay = 0.0
         for p in policies:
             if not p.allowed:
-                break
-            if p.remaining < binding.remaining or (
-                p.remaining == binding.remaining and p.reset_after > binding.reset_after
-            ):
-                binding = p
-            if p.delay > delay:
-                delay = p.delay
-        else:
-            return cls(
-                True, binding.quota, binding.remaining, binding.reset_after, 0.0, delay,
-                binding.name, identity, policies,
-            )  # fmt: skip
-        denied = [p for p in policies if not p.allowed]
-        binding = max(denied, key=lambda p: p.retry_after)
+                if allowed or p.retry_after > binding.retry_after:
+                    binding = p
+                allowed = False
+            elif allowed:
+                if p.remaining < binding.remaining or (
+                    p.remaining == binding.remaining and p.reset_after > binding.reset_after
+                ):
+                    binding = p
+                if p.delay > delay:
+                    delay = p.delay
         return cls(
-            allowed=False,
-            limit=binding.quota,
-            remaining=binding.remaining,
-            reset_after=binding.reset_after,
-            retry_after=binding.retry_after,
-            delay=0.0,
-            policy=binding.name,
-            identity=identity,
-            policies=policies,
+            allowed,
+            binding.limit.burst,
+            binding.remaining,
+            binding.reset_after,
+            0.0 if allowed else binding.retry_after,
+            delay if allowed else 0.0,
+            binding.name,
+            identity,
+            policies,
         )
-
-    @classmethod
-    def from_one(cls, p: PolicyStatus, identity: Identity | None = None) -> Decision:
-        """``from_policies((p,), identity)``: one policy is the binding one (the usual case)."""
-        if p.allowed:
-            return cls(
-                True, p.limit.burst, p.remaining, p.reset_after, 0.0, p.delay, p.name,
-                identity, (p,),
-            )  # fmt: skip
-        return cls(
-            False, p.limit.burst, p.remaining, p.reset_after, p.retry_after, 0.0, p.name,
-            identity, (p,),
-        )  # fmt: skip
 
     @property
     def limited(self) -> bool:
         """True when at least one policy applied to the request."""
         return bool(self.policies)
+
+    @property
+    def can_pass(self) -> bool:
+        """False for a request that costs more than a policy ever admits at once."""
+        return not math.isinf(self.retry_after)
 
     @property
     def retry_after_header(self) -> int | None:
@@ -142,55 +175,48 @@ class Decision:
         return max(1, math.ceil(self.retry_after))
 
     def headers(self, style: HeaderStyle = "both") -> dict[str, str]:
-        """The response headers for this decision (``Retry-After`` included when denied)."""
-        from .http._headers import decision_headers
-
-        return dict(decision_headers(self, style))
+        """The response headers for this decision (``Retry-After`` included when refused)."""
+        return text_headers(self, style)
 
 
-def policy_statuses(
-    checks: Sequence[PolicyCheck], outcomes: Sequence[Outcome], consume: bool
-) -> tuple[PolicyStatus, ...]:
-    """The policies of a request, from its checks and the backend's outcomes, in order."""
-    if len(checks) == 1 and len(outcomes) == 1:  # one limit: the usual case, on every request
-        pc = checks[0]
-        check = pc.check
-        return (policy_status(pc.name, check.limit, check.cost, outcomes[0], consume),)
+HeaderStyle = Literal["both", "legacy", "ietf", "none"]
+
+
+def decide_from(
+    checks: Sequence[PolicyCheck],
+    outcomes: Sequence[Outcome],
+    identity: Identity | None,
+    charge: Charge | None = None,
+) -> Decision:
+    """The decision of ``checks`` from the backend's ``outcomes`` (one per check, in order)."""
     statuses = []
     for pc, outcome in zip(checks, outcomes, strict=True):
-        remaining = outcome.remaining
         limit = pc.check.limit
-        if consume and outcome.allowed and remaining.__class__ is int:
-            # `policy_status` for an admitted request with a whole count left (whole costs:
-            # the usual request), built directly as in `RateLimiter._decide_sole`.
-            if not 0 <= remaining <= limit.burst:
-                remaining = max(0, min(limit.burst, remaining))
-            delay = outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0
-            statuses.append(
-                PolicyStatus(
-                    pc.name, limit, True, remaining, outcome.reset_us / 1_000_000, 0.0, delay
-                )
-            )
+        remaining = outcome.remaining
+        if remaining.__class__ is not int or not 0 <= remaining <= limit.burst:
+            remaining = max(0, min(limit.burst, math.floor(remaining)))
+        if outcome.allowed:
+            retry = 0.0
+            upcoming = outcome.next_us / 1_000_000
         else:
-            statuses.append(policy_status(pc.name, limit, pc.check.cost, outcome, consume))
-    return tuple(statuses)
-
-
-def policy_status(
-    name: str, limit: Limit, cost: float, outcome: Outcome, consume: bool
-) -> PolicyStatus:
-    """One limit's `PolicyStatus` from its outcome (``consume=False``: a peek, before it)."""
-    remaining = outcome.remaining
-    if not consume and outcome.allowed:
-        remaining += cost  # a peek reports what is left now, before this request
-    retry = outcome.retry_us
-    # Positional, and limit.burst for limit.capacity: this runs on every request.
-    return PolicyStatus(
-        name,
-        limit,
-        outcome.allowed,
-        max(0, min(limit.burst, math.floor(remaining))),
-        outcome.reset_us / 1_000_000,
-        NEVER if retry == NEVER else retry / 1_000_000,
-        outcome.delay_us / 1_000_000,
-    )
+            retry_us = outcome.retry_us
+            if retry_us == NEVER:  # it can never pass; more quota comes as it fills up
+                retry, upcoming = NEVER, outcome.reset_us / 1_000_000
+            else:  # t on a refusal is when this request would pass: Retry-After
+                retry = upcoming = retry_us / 1_000_000
+        statuses.append(
+            PolicyStatus(
+                pc.name,
+                limit,
+                outcome.allowed,
+                remaining,
+                outcome.reset_us / 1_000_000,
+                retry,
+                upcoming,
+                outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0,
+            )
+        )
+    decision = Decision.of(tuple(statuses), identity)
+    if charge is not None and decision.allowed:
+        decision.charge = charge
+    return decision

@@ -1,45 +1,43 @@
 """`RateLimitMiddleware`: the pure ASGI middleware in front of any ASGI app.
 
-Per request: deny list (403) -> allow list (pass through, uncounted) -> identity -> every
-matching rule -> one atomic backend call -> 429, or the app with the rate-limit headers added
-to its ``http.response.start``. It never buffers a body, so streaming responses, background
-tasks and large bodies pass untouched, and it never answers 500: an identity source, a cost
-callable or the backend raising is logged once and the request goes on.
+Per request: CORS preflights pass untouched; the limiter's one request path decides (deny
+list 403, allow list passes uncounted, else identity, rules, one atomic backend call); a
+refusal is answered here (429, or 413 for a request that can never pass); an admitted request
+reaches the app with the rate-limit headers added to its ``http.response.start``. It never
+buffers a body, so streaming responses pass untouched, and it never answers 500: anything
+that fails in the limiter is logged once and the request goes on.
 """
 
 from __future__ import annotations
 
 import inspect
-import logging
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 from ._decision import Decision
 from ._errors import ConfigurationError
-from .http._headers import raw_headers, response_headers
-from ._limiter import RateLimiter, Verdict
-from .http._policy import RequestLimiting
-from .http._responses import denied_parts, forbidden_parts, send_http
+from ._headers import RawHeaders
+from ._limiter import RateLimiter
+from ._log_once import LogOnce
+from .http._ledger import remember
+from .http._policy import Access
+from .http._responses import Responses, forbidden, send_response
 
 __all__ = ["OnLimited", "RateLimitMiddleware"]
-
-logger = logging.getLogger("asgi_ratelimit")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-#: ``on_limited(scope, decision)`` returns (or awaits to) an ASGI app, such as a Starlette
-#: ``Response``, to answer a denied request with; None keeps the default 429.
-OnLimited = Callable[[Scope, Decision], "ASGIApp | Awaitable[ASGIApp | None] | None"]
+#: ``on_limited(scope, decision)`` returns (or awaits to) None for the default 429, an ASGI
+#: app (a Starlette or FastAPI ``Response``), or a ``(status, headers, body)`` tuple.
+OnLimited = Callable[[Scope, Decision], Any]
 
-# Fields that are structured-field lists may repeat (the lists concatenate); the others are
-# left alone when the app already set them (a route-level limit knows better).
-_LIST_FIELDS = frozenset({b"ratelimit", b"ratelimit-policy"})
-_SINGLE_FIELDS = frozenset(
-    {b"retry-after", b"x-ratelimit-limit", b"x-ratelimit-remaining", b"x-ratelimit-reset"}
-)
+# The rate-limit headers the app may have set itself (a route-level limit knows better):
+# the X-RateLimit trio is one unit, Retry-After one field; the RateLimit lists concatenate.
+_TRIO = frozenset({b"x-ratelimit-limit", b"x-ratelimit-remaining", b"x-ratelimit-reset"})
+_SINGLE = _TRIO | {b"retry-after"}
 #: Policy violation: the close code for a refused websocket handshake (RFC 6455 7.4.1).
 WS_POLICY_VIOLATION = 1008
 
@@ -63,217 +61,251 @@ class RateLimitMiddleware:
         app = RateLimitMiddleware(app, limiter=limiter, websocket=True)    # any ASGI app
 
     ``websocket=True`` limits websocket handshakes by the same rules (a handshake is a GET).
-    ``on_limited(scope, decision)`` may return a response of your own for denied requests.
-    ``sleep`` waits out leaky-bucket delays (tests pass a recorder instead of sleeping).
+    ``on_limited(scope, decision)`` may answer refused requests with a response of your own.
+    CORS preflights (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``) are
+    neither counted nor refused unless ``limit_preflights=True``. ``sleep`` waits out
+    leaky-bucket delays (tests pass a recorder instead of sleeping). An ASGI 2 app (a class
+    or ``app(scope) -> instance``) is run as ASGI 3.
     """
 
     def __init__(
         self,
-        app: ASGIApp,
+        app: Any,
         *,
         limiter: RateLimiter,
         websocket: bool = False,
         on_limited: OnLimited | None = None,
+        limit_preflights: bool = False,
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         if not isinstance(limiter, RateLimiter):
             raise ConfigurationError(
                 f"RateLimitMiddleware(limiter={limiter!r}): pass a RateLimiter(...)"
             )
-        if not isinstance(websocket, bool):
-            raise ConfigurationError(f"websocket={websocket!r}: must be True or False")
+        for name, flag in (("websocket", websocket), ("limit_preflights", limit_preflights)):
+            if not isinstance(flag, bool):
+                raise ConfigurationError(f"{name}={flag!r}: must be True or False")
         if on_limited is not None and not callable(on_limited):
             raise ConfigurationError(
                 f"on_limited={on_limited!r}: must be a callable (scope, decision) -> response"
             )
-        self.app = app
+        self.app: ASGIApp = _asgi3(app)
         self.limiter = limiter
         self.websocket = websocket
         self.on_limited = on_limited
+        self.limit_preflights = limit_preflights
         self._sleep = sleep or _default_sleep()
-        self._style = limiter.header_style
-        self._forbidden = forbidden_parts()
-        self._warned: set[str] = set()
-        cls = type(limiter)
-        self._own_check = (
-            cls.check_request is RequestLimiting.check_request
-            and cls.verdict_now is RequestLimiting.verdict_now
-            and cls.decision_now is RequestLimiting.decision_now
-        )
+        self._responses = Responses(limiter.renderer)
+        self._adds_headers = limiter.header_style != "none"
+        self._log = LogOnce()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            # The usual request is decided without an await (no coroutine to create): then
-            # _http, inlined here, would cost one more coroutine of its own.
-            limiter = self.limiter
-            try:
-                # Only while check_request is ours: a limiter may override it (or a test
-                # replace it), and then it alone decides.
-                decision = (
-                    limiter.decision_now(scope)
-                    if self._own_check and "check_request" not in limiter.__dict__
-                    else None
-                )
-            except Exception as exc:
-                self._warn_once("verdict", "rate limiting failed; letting requests through", exc)
+            if scope.get("method") == "OPTIONS" and not self.limit_preflights and _preflight(scope):
                 await self.app(scope, receive, send)
                 return
-            if decision is None:
-                await self._http(scope, receive, send)
-                return
-            # _remember, inlined (every request).
-            state = scope.get("state")
-            if state is None:
-                scope["state"] = {"rate_limit": decision}
-            else:
-                state["rate_limit"] = decision
-            if not decision.allowed:
-                await self._deny(scope, receive, send, decision)
-            elif decision.delay > 0 or self._style == "none":
-                await self._pass(scope, receive, send, decision)
-            else:
-                extra = response_headers(decision, self._style)
-                await self.app(scope, receive, _adding_headers(send, extra))
+            answer = self._answer(scope)
+            checked: Decision | Access | None
+            if answer is None or isinstance(answer, (Decision, Access)):
+                checked = answer
+            else:  # a coroutine only when one is needed
+                checked = await self._settled(answer)
+            if isinstance(checked, Decision):
+                remember(scope, checked)
+                if not checked.allowed:
+                    await self._refuse(scope, receive, send, checked)
+                    return
+                if checked.delay > 0:
+                    await self._sleep(checked.delay)  # leaky bucket: shape, do not refuse
+                if checked.policies and self._adds_headers:
+                    send = _adding_headers(send, self.limiter.renderer.render(checked))
+                await self.app(scope, receive, send)
+            elif isinstance(checked, Access) and checked.verdict == "blocked":
+                await send_response(send, *forbidden())
+            else:  # the allow list, or the limiter failed (logged)
+                await self.app(scope, receive, send)
         elif kind == "websocket" and self.websocket:
             await self._websocket(scope, receive, send)
         else:  # lifespan, websockets when not limited, and types we do not know
             await self.app(scope, receive, send)
 
-    async def _verdict(self, scope: Scope) -> Verdict | None:
+    def _answer(self, scope: Scope) -> Decision | Access | Awaitable[Decision | Access] | None:
+        """The limiter's answer for ``scope`` (None when it failed: logged)."""
         try:
-            return await self.limiter.check_request(scope)
+            return self.limiter.check(scope)
         except Exception as exc:
-            # The limiter already absorbs backend, identity and cost failures; anything else
-            # is a bug that must not cost the request: let it through, loudly once.
-            self._warn_once("verdict", "rate limiting failed; letting requests through", exc)
+            self._failed(exc)
             return None
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _settled(self, pending: Awaitable[Decision | Access]) -> Decision | Access | None:
         try:
-            verdict = await self.limiter.check_request(scope)
+            return await pending
         except Exception as exc:
-            # The limiter already absorbs backend, identity and cost failures; anything else
-            # is a bug that must not cost the request: let it through, loudly once.
-            self._warn_once("verdict", "rate limiting failed; letting requests through", exc)
-            await self.app(scope, receive, send)
-            return
-        access = verdict.access
-        if access != "checked":
-            if access == "blocked":
-                await send_http(send, *self._forbidden)
-            else:
-                await self.app(scope, receive, send)
-            return
-        decision = verdict.decision
-        _remember(scope, decision)
-        if not decision.allowed:
-            await self._deny(scope, receive, send, decision)
-            return
-        await self._pass(scope, receive, send, decision)
+            self._failed(exc)
+            return None
 
-    async def _pass(self, scope: Scope, receive: Receive, send: Send, decision: Decision) -> None:
-        """Call the app for an allowed request: after its delay, with the headers added."""
-        if decision.delay > 0:
-            await self._sleep(decision.delay)  # leaky bucket: shape, do not reject
-        if not decision.policies or self._style == "none":
-            await self.app(scope, receive, send)  # no header to add: no send wrapper
-            return
-        await self.app(
-            scope, receive, _adding_headers(send, response_headers(decision, self._style))
-        )
+    def _failed(self, exc: Exception) -> None:
+        # The limiter already absorbs backend, identity and cost failures; anything else is
+        # a bug that must not cost the request: let it through, loudly once.
+        self._log.error("check", "rate limiting failed (%r); letting requests through", exc)
 
-    async def _deny(self, scope: Scope, receive: Receive, send: Send, decision: Decision) -> None:
-        custom = await self._custom_response(scope, decision)
-        if custom is not None:
-            started = False
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, decision: Decision) -> None:
+        if self.on_limited is not None:
+            custom = await self._custom(scope, decision)
+            if custom is not None:
+                started = False
 
-            async def tracking_send(message: Message) -> None:
-                nonlocal started
-                started = True
-                await send(message)
+                async def tracking(message: Message) -> None:
+                    nonlocal started
+                    started = True
+                    await send(message)
 
-            extra = raw_headers(decision, self._style)
+                try:
+                    await custom(
+                        scope, receive, _adding_headers(tracking, self._headers_of(decision))
+                    )
+                    return
+                except Exception as exc:
+                    self._log.error("on_limited-app", "on_limited response failed (%r)", exc)
+                    if started:
+                        return  # too late for another response; the server closes the connection
+        await send_response(send, *self._responses.refusal(decision))
+
+    def _headers_of(self, decision: Decision) -> RawHeaders:
+        return self.limiter.renderer.render(decision)
+
+    async def _custom(self, scope: Scope, decision: Decision) -> ASGIApp | None:
+        """What ``on_limited`` answered, as an ASGI app; None for the default 429."""
+        assert self.on_limited is not None
+        try:
+            answer = self.on_limited(scope, decision)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as exc:
+            self._log.error("on_limited", "on_limited failed (%r); answering the default 429", exc)
+            return None
+        if answer is None:
+            return None
+        if isinstance(answer, tuple) and len(answer) == 3:
             try:
-                await custom(scope, receive, _adding_headers(tracking_send, extra))
-                return
-            except Exception as exc:
-                self._warn_once("on_limited-app", "on_limited response failed", exc)
-                if started:
-                    return  # too late for another response; the server closes the connection
-        await send_http(send, *denied_parts(decision, self._style))
-
-    async def _custom_response(self, scope: Scope, decision: Decision) -> ASGIApp | None:
-        if self.on_limited is None:
-            return None
-        try:
-            result = self.on_limited(scope, decision)
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception as exc:
-            self._warn_once("on_limited", "on_limited hook failed; answering the default 429", exc)
-            return None
-        return result if callable(result) else None
+                return _tuple_response(*answer)
+            except (TypeError, ValueError) as exc:
+                self._log.error("on_limited-tuple", "on_limited returned a bad tuple (%s)", exc)
+                return None
+        if callable(answer):
+            return answer  # type: ignore[no-any-return]
+        self._log.error(
+            f"on_limited-type:{type(answer).__qualname__}",
+            "on_limited returned a %s, which is neither an ASGI app nor a (status, headers, "
+            "body) tuple; answering the default 429 (return e.g. a Starlette Response, or "
+            "(429, {'content-type': 'text/plain'}, b'slow down'))",
+            type(answer).__qualname__,
+        )
+        return None
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        verdict = await self._verdict(scope)
-        if verdict is None or verdict.access == "bypass":
-            await self.app(scope, receive, send)
-            return
-        if verdict.access == "blocked":
-            await _refuse_websocket(scope, receive, send, *self._forbidden)
-            return
-        decision = verdict.decision
-        _remember(scope, decision)
-        if not decision.allowed:
-            await _refuse_websocket(scope, receive, send, *denied_parts(decision, self._style))
-            return
-        if decision.delay > 0:
-            await self._sleep(decision.delay)
-        if decision.policies:
-            send = _adding_headers(send, raw_headers(decision, self._style), "websocket.accept")
+        answer = self._answer(scope)
+        checked: Decision | Access | None
+        if answer is None or isinstance(answer, (Decision, Access)):
+            checked = answer
+        else:
+            checked = await self._settled(answer)
+        if isinstance(checked, Access):
+            if checked.verdict == "blocked":
+                await _refuse_websocket(scope, receive, send, *forbidden())
+                return
+        elif isinstance(checked, Decision):
+            remember(scope, checked)
+            if not checked.allowed:
+                await _refuse_websocket(scope, receive, send, *self._responses.refusal(checked))
+                return
+            if checked.delay > 0:
+                await self._sleep(checked.delay)
+            if checked.policies and self._adds_headers:
+                send = _adding_headers(send, self._headers_of(checked), "websocket.accept")
         await self.app(scope, receive, send)
 
-    def _warn_once(self, what: str, message: str, exc: BaseException) -> None:
-        if what not in self._warned:
-            self._warned.add(what)
-            logger.error("%s (%s: %s); logged once", message, type(exc).__name__, exc)
+
+def _preflight(scope: Scope) -> bool:
+    """A CORS preflight: ``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``."""
+    names = {bytes(name).lower() for name, _ in scope.get("headers") or ()}
+    return b"origin" in names and b"access-control-request-method" in names
 
 
-def _remember(scope: Scope, decision: Decision) -> None:
-    """Put the decision where handlers find it: ``request.state.rate_limit``."""
-    state = scope.get("state")
-    if state is None:
-        scope["state"] = {"rate_limit": decision}
-    else:
-        state["rate_limit"] = decision
-
-
-def _adding_headers(
-    send: Send, extra: Sequence[tuple[bytes, bytes]], start: str = "http.response.start"
-) -> Send:
+def _adding_headers(send: Send, extra: RawHeaders, start: str = "http.response.start") -> Send:
     """Wrap ``send`` to add ``extra`` headers to the ``start`` message; the rest passes as is."""
 
     # Not a coroutine function: it hands back send's own awaitable, so each message (every
     # body chunk too) costs no coroutine of ours. ASGI callers only ever await it.
     def send_with_headers(message: Message) -> Awaitable[None]:
         if message["type"] == start:
-            own = message.get("headers") or ()
-            for name, _ in own:
-                # ASGI names are lower-case bytes already (then no copy is made to compare).
-                if (
-                    name if name.__class__ is bytes and name.islower() else bytes(name).lower()
-                ) in _SINGLE_FIELDS:
-                    present = {bytes(n).lower() for n, _ in own}
-                    kept = [h for h in extra if h[0] in _LIST_FIELDS or h[0] not in present]
-                    headers = [*own, *kept]
-                    break
-            else:  # the usual case: the app set none of ours, all are added
-                headers = [*own, *extra]
-            message = {**message, "headers": headers}
+            message = {**message, "headers": _merged(message.get("headers"), extra)}
         return send(message)
 
     return send_with_headers
+
+
+def _merged(own: Iterable[Any] | None, extra: RawHeaders) -> list[Any]:
+    """The app's headers (of any iterable kind), then ours that the app did not set."""
+    headers = list(own) if own else []
+    set_by_app = set()
+    for name, _ in headers:
+        lowered = name if name.__class__ is bytes and name.islower() else bytes(name).lower()
+        if lowered in _SINGLE:
+            set_by_app.add(lowered)
+    if not set_by_app:  # the usual case: the app set none of ours
+        headers.extend(extra)
+        return headers
+    skip = (set_by_app | _TRIO) if set_by_app & _TRIO else set_by_app
+    headers.extend(header for header in extra if header[0] not in skip)
+    return headers
+
+
+def _tuple_response(status: Any, headers: Any, body: Any) -> ASGIApp:
+    """An ASGI app answering ``(status, headers, body)``."""
+    if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+        raise ValueError(f"status {status!r} is not an HTTP status")
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    raw = [(_latin1(name).lower(), _latin1(value)) for name, value in items]
+    content = body.encode() if isinstance(body, str) else bytes(body)
+    if not any(name == b"content-length" for name, _ in raw):
+        raw.append((b"content-length", b"%d" % len(content)))
+
+    async def respond(scope: Scope, receive: Receive, send: Send) -> None:
+        await send_response(send, status, raw, content)
+
+    return respond
+
+
+def _latin1(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode("latin-1")
+
+
+def _asgi3(app: Any) -> ASGIApp:
+    """``app`` as an ASGI 3 callable: an ASGI 2 app (``app(scope)`` returns a coroutine
+    callable ``instance(receive, send)``) is wrapped, as servers do."""
+    if not callable(app):
+        raise ConfigurationError(f"RateLimitMiddleware: {app!r} is not an ASGI app")
+    if not _double_callable(app):
+        return app  # type: ignore[no-any-return]
+
+    async def asgi3(scope: Scope, receive: Receive, send: Send) -> None:
+        await app(scope)(receive, send)
+
+    return asgi3
+
+
+def _double_callable(app: Any) -> bool:
+    if inspect.isclass(app):
+        return True  # a class: its instance is made per connection (ASGI 2)
+    try:
+        parameters = inspect.signature(app).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: trust it to be ASGI 3
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    return len(positional) == 1 and not variadic
 
 
 async def _refuse_websocket(
@@ -287,5 +319,5 @@ async def _refuse_websocket(
         await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
         await send({"type": "websocket.http.response.body", "body": body})
     else:
-        reason = "rate limit exceeded" if status == 429 else "forbidden"
+        reason = "rate limit exceeded" if status in (413, 429) else "forbidden"
         await send({"type": "websocket.close", "code": WS_POLICY_VIOLATION, "reason": reason})

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from asgi_ratelimit.algorithms import DECIDERS, Outcome, State
 from asgi_ratelimit._rates import Limit
+from asgi_ratelimit.algorithms import DECIDERS, Outcome, State
 
 __all__ = ["INF", "T0", "Driver", "Row", "play", "us"]
 

@@ -17,8 +17,8 @@ from typing import NamedTuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asgi_ratelimit.algorithms import DECIDERS, Outcome, State
 from asgi_ratelimit._rates import ALGORITHM_NAMES, BUCKET_ALGORITHMS, Limit
+from asgi_ratelimit.algorithms import DECIDERS, Outcome, State
 
 from .driver import T0
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asgi_ratelimit.algorithms import DECIDERS, sliding_window_counter
 from asgi_ratelimit._rates import MAX_AMOUNT, MAX_PERIOD_SECONDS, Limit
+from asgi_ratelimit.algorithms import DECIDERS, sliding_window_counter
 
 from .driver import INF, T0, Row, play
 

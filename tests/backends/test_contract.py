@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from asgi_ratelimit.backends._protocol import Backend, Check
-from asgi_ratelimit.backends._memory import MemoryBackend
 from asgi_ratelimit._rates import Limit
+from asgi_ratelimit.backends._memory import MemoryBackend
+from asgi_ratelimit.backends._protocol import Backend, Check
 from tests.conftest import FakeClock
 
 MINUTE = 60_000_000
@@ -61,7 +61,8 @@ async def test_a_denied_request_consumes_nothing_anywhere(backend: Backend) -> N
     assert all(o.allowed for o in await backend.hit([Check("k", roomy), Check("k", tight)]))
     denied = await backend.hit([Check("k", roomy), Check("k", tight)])
     assert [o.allowed for o in denied] == [True, False]
-    assert (await backend.peek([Check("k", roomy)]))[0].remaining == 3  # 5 - 1 - 1 (peek's own)
+    assert [o.remaining for o in denied] == [4, 0]  # roomy says what it really has left
+    assert (await backend.peek([Check("k", roomy)]))[0].remaining == 4  # what is left now
 
 
 async def test_checks_on_different_keys_are_all_or_nothing(backend: Backend) -> None:
@@ -78,14 +79,14 @@ async def test_checks_on_different_keys_are_all_or_nothing(backend: Backend) -> 
     other = [Check("ip:198.51.100.1", per_ip), Check("global", global_), Check("u:8", per_user)]
     assert [o.remaining for o in await backend.hit(other)] == [1, 0, 9]
     assert [o.allowed for o in await backend.hit(other)] == [True, False, True]
-    # u:8 was counted once (the denied request took nothing): 10 - 1 - 1 for the peek itself.
-    assert (await backend.peek([Check("u:8", per_user)]))[0].remaining == 8
+    # u:8 was counted once: the denied request took nothing (a peek says what is left now).
+    assert (await backend.peek([Check("u:8", per_user)]))[0].remaining == 9
 
 
 async def test_peek_consumes_nothing(backend: Backend) -> None:
     limit = Limit("2/second", algorithm="gcra")
     for _ in range(3):
-        assert (await backend.peek([Check("p", limit)]))[0].remaining == 1
+        assert (await backend.peek([Check("p", limit)]))[0].remaining == 2
     assert [(await backend.hit([Check("p", limit)]))[0].allowed for _ in range(3)] == [
         True,
         True,
@@ -145,10 +146,11 @@ async def test_every_algorithm_to_the_microsecond(backend: Backend, clock: FakeC
                        (True, 0, 0, 0)]  # fmt: skip
     assert rows[2][4] == (False, 0, 9_800_000, 0)  # the first entry leaves at 10 s
     # Rows 2-4 were denied by the log, so the buckets kept refilling from 2.2 tokens at 0.1 s:
-    # 2.8 at 0.4 s, minus this request, leaves 1 whole token, for both bucket kinds.
-    assert rows[4][1] == rows[4][2] == (True, 1, 0, 0)
-    # The leaky queue (0.5 s per slot) empties at 1.0 s: 0.6 s of delay, 2.2 of 3 slots taken.
-    assert rows[4][3] == (True, 0, 0, 600_000)
+    # 2.8 at 0.4 s, and the refused request took none: 2 whole tokens, for both bucket kinds.
+    assert rows[4][1] == rows[4][2] == (True, 2, 0, 0)
+    # The leaky queue (0.5 s per slot) empties at 1.0 s: 0.6 s of delay, 1.2 of 3 slots
+    # taken (the refused request took none): 1 whole slot left.
+    assert rows[4][3] == (True, 1, 0, 600_000)
 
 
 async def test_sliding_window_counter_weights_the_previous_window(

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from asgi_ratelimit.backends._protocol import Check
-from asgi_ratelimit.backends._memory import MemoryBackend
 from asgi_ratelimit._rates import Limit
+from asgi_ratelimit.backends._memory import MemoryBackend
+from asgi_ratelimit.backends._protocol import Check
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.redis

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asgi_ratelimit import ConfigurationError, Limit, MemoryBackend
+from asgi_ratelimit._clock import monotonic_epoch_clock
+from asgi_ratelimit._rates import ALGORITHM_NAMES
 from asgi_ratelimit.algorithms import DECIDERS
 from asgi_ratelimit.backends import Backend, Check
 from asgi_ratelimit.backends._memory import _ARITY, _pack, _unpack
-from asgi_ratelimit._clock import monotonic_epoch_clock
-from asgi_ratelimit._rates import ALGORITHM_NAMES
 from tests.conftest import FakeClock
 
 ALGORITHMS = pytest.mark.parametrize("algorithm", ALGORITHM_NAMES)
@@ -101,8 +101,8 @@ async def test_the_same_key_and_limit_twice_in_one_call_counts_twice(clock: Fake
     twice = [Check("k", limit, 2), Check("k", limit, 2)]
     assert [o.remaining for o in await backend.hit(twice)] == [3, 1]
     second = await backend.hit([Check("k", limit, 1), Check("k", limit, 1)])
-    assert [(o.allowed, o.remaining) for o in second] == [(True, 0), (False, 0)]
-    # Denied as a whole: the first check's unit was not kept, so one more still fits.
+    # Denied as a whole: the first check's unit was not kept, and it says what is left now.
+    assert [(o.allowed, o.remaining) for o in second] == [(True, 1), (False, 0)]
     last = await backend.hit([Check("k", limit, 1)])
     assert [(o.allowed, o.remaining) for o in last] == [(True, 0)]
 
@@ -110,8 +110,9 @@ async def test_the_same_key_and_limit_twice_in_one_call_counts_twice(clock: Fake
 async def test_peek_stores_nothing_and_cost_zero_creates_no_key(clock: FakeClock) -> None:
     backend = MemoryBackend(clock=clock)
     limit = Limit("5/minute")
-    for _ in range(10):
-        assert (await backend.peek([Check("k", limit, 3)]))[0].remaining == 2
+    for _ in range(10):  # it would pass; nothing is taken, all 5 are left
+        peeked = (await backend.peek([Check("k", limit, 3)]))[0]
+        assert (peeked.allowed, peeked.remaining) == (True, 5)
     await backend.hit([Check("k", limit, 0)])
     assert len(backend) == 0
     await backend.hit([Check("k", limit, 3)])
@@ -363,5 +364,5 @@ def test_sweeps_and_generations_never_change_a_decision(
     for wait, picks, peek in schedule:
         clock.advance(wait / 1_000_000)
         checks = [Check(f"k{key}", _LIMITS[limit], cost) for key, limit, cost in picks]
-        assert small.hit_sync(checks, commit=not peek) == huge.hit_sync(checks, commit=not peek)
+        assert small.decide(checks, not peek) == huge.decide(checks, not peek)
         assert len(small) <= 42

@@ -12,16 +12,17 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from asgi_ratelimit.backends._protocol import Check
-from asgi_ratelimit.backends._memory import MemoryBackend
-from asgi_ratelimit.backends.redis import RedisBackend
-from asgi_ratelimit.backends.redis._keys import limit_code
-from asgi_ratelimit.backends.redis._script import decode
+from asgi_ratelimit import Decision
 from asgi_ratelimit._errors import ConfigurationError
 from asgi_ratelimit._limiter import RateLimiter
 from asgi_ratelimit._rates import Limit
+from asgi_ratelimit.backends._memory import MemoryBackend
+from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit.backends.redis import RedisBackend
+from asgi_ratelimit.backends.redis._keys import budget_code as limit_code
+from asgi_ratelimit.backends.redis._script import decode
 from asgi_ratelimit.http._rules import Rule
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, settle
 from tests.redis_servers import RedisServer, require_redis_binaries
 
 pytestmark = pytest.mark.redis
@@ -330,26 +331,28 @@ def test_deny_cache_is_bounded(clock: FakeClock) -> None:
     assert cache.answer(["k0"], [Check("k0", limit)], later) is None  # evicted
 
 
-async def test_check_request_on_redis_decides_like_memory(
+async def test_the_request_path_on_redis_decides_like_memory(
     redis_url: str, prefix: str, clock: FakeClock
 ) -> None:
-    # check_request (one rule, one limit: the memory backend's shortcut shape) and decide()
-    # of request_checks, alternating on one Redis limiter, answer as one memory limiter:
-    # same counts, same keys, same decisions.
-    rule = Rule("/items/{id}", limits=Limit("3/second", algorithm="token_bucket"))
+    # The one request path, on one Redis limiter and one memory limiter: the same decisions,
+    # remaining counts and waits, request after request (cross-door refunds included).
+    rules = [
+        Rule("/items/{id}", limits=Limit("3/second", algorithm="token_bucket")),
+        Rule("/items/*", limits=["5/second", Limit("9/minute", algorithm="gcra")], key="ip"),
+    ]
     backend = RedisBackend.from_url(redis_url, prefix=prefix, clock=clock)
-    on_redis = RateLimiter(backend=backend, rules=[rule])
-    in_memory = RateLimiter(backend=MemoryBackend(clock=clock), rules=[rule])
-    assert rule.sole is not None
-    for step in range(16):
+    on_redis = RateLimiter(backend=backend, rules=rules)
+    in_memory = RateLimiter(backend=MemoryBackend(clock=clock), rules=rules)
+    for step in range(24):
         clock.advance(0.13 * (step % 4))
         peer = f"198.51.100.{step % 2}"
         scope = {"type": "http", "method": "GET", "path": f"/items/{step}", "client": (peer, 1)}
-        identity = await in_memory.identify(scope)
-        expected = await in_memory.decide(await in_memory.request_checks(scope, identity), identity)
-        if step % 3:
-            actual = (await on_redis.check_request(scope)).decision
-        else:
-            actual = await on_redis.decide(await on_redis.request_checks(scope, identity), identity)
+        expected = await settle(in_memory.check(dict(scope)))
+        actual = await settle(on_redis.check(dict(scope)))
         assert actual == expected, step
+        if step % 5 == 0 and isinstance(actual, Decision) and actual.charge is not None:
+            # A later door refused: both give the request back.
+            assert expected.charge is not None
+            await settle(actual.charge.refund())
+            await settle(expected.charge.refund())
     await backend.aclose()

@@ -22,11 +22,13 @@ import uvloop
 from redis.asyncio.connection import Connection as RedisPyConnection
 from redis.credentials import UsernamePasswordCredentialProvider
 
-from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit._errors import BackendError
+from asgi_ratelimit._rates import Limit
 from asgi_ratelimit.backends._memory import MemoryBackend
+from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._connection import Connection, ConnectionLost, ReplyError
-from asgi_ratelimit.backends.redis._keys import limit_code
+from asgi_ratelimit.backends.redis._keys import budget_code as limit_code
 from asgi_ratelimit.backends.redis._resp import command, frame
 from asgi_ratelimit.backends.redis._script import (
     FUNCTION_NAME,
@@ -36,8 +38,6 @@ from asgi_ratelimit.backends.redis._script import (
     encode,
     framed_args,
 )
-from asgi_ratelimit._errors import BackendError
-from asgi_ratelimit._rates import Limit
 from tests.conftest import FakeClock
 from tests.redis_servers import REDIS_CLI, RedisServer, require_redis_binaries
 
@@ -344,28 +344,29 @@ async def test_servers_without_functions_get_evalsha(
 def test_reply_decoding_of_fractions_infinity_and_states() -> None:
     limits = [Limit("5/minute", algorithm="token_bucket"), Limit("2/minute")]
     checks = [Check("k", limits[0], 0.5), Check("k", limits[1], 9)]
-    numbers = [1_763_000_000_123_456, 0, 1, 3.5, 12e6, 0, 0, 12e6, 0, 2, 0, math.inf, 0, 0]
+    # now, flags; then per check: allowed, remaining, reset, retry, delay, ttl, next.
+    numbers = [1_763_000_000_123_456, 0, 1, 3.5, 12e6, 0, 0, 12e6, 3e6, 0, 2, 0, math.inf, 0, 0, 0]
     # One state as stored now (NUL and doubles), one as earlier versions stored it (text).
     states = [b"\0" + struct.pack("<2d", 6e14, 1_763_000_000_000_000), b"29383333 1 0"]
-    reply = struct.pack("<14d", *numbers)
+    reply = struct.pack("<16d", *numbers)
     for state in states:
         reply += struct.pack("<d", len(state)) + state
     now, outcomes, parsed = decode(reply, checks)
     assert now == 1_763_000_000_123_456
     assert [tuple(o) for o in outcomes] == [
-        (True, 5, 3.5, 12_000_000, 0, 0, None, 12_000_000),
-        (False, 2, 2, 0, math.inf, 0, None, 0),
+        (True, 5, 3.5, 12_000_000, 0, 0, None, 12_000_000, 3_000_000),
+        (False, 2, 2, 0, math.inf, 0, None, 0, 0),
     ]
     assert [type(o.remaining) for o in outcomes] == [float, int]  # ints where whole
     assert parsed == [(600_000_000_000_000, 1_763_000_000_000_000), (29_383_333, 1, 0)]
-    assert decode(struct.pack("<14d", *numbers), checks)[2] == [None, None]
+    assert decode(struct.pack("<16d", *numbers), checks)[2] == [None, None]
     # Every number whole: the script sends integers (flag 2), read as they are.
     whole = struct.pack("<2d", 1_763_000_000_123_456, 2 + 1)
-    whole += struct.pack("<12q", 1, 4, 12_000_000, 0, 0, 12_000_000, 1, 1, 3, 0, 7, 9)
+    whole += struct.pack("<14q", 1, 4, 12_000_000, 0, 0, 12_000_000, 3, 1, 1, 3, 0, 7, 9, 5)
     _, outcomes, parsed = decode(whole, checks)
     assert [tuple(o) for o in outcomes] == [
-        (True, 5, 4, 12_000_000, 0, 0, None, 12_000_000),
-        (True, 2, 1, 3, 0, 7, None, 9),
+        (True, 5, 4, 12_000_000, 0, 0, None, 12_000_000, 3),
+        (True, 2, 1, 3, 0, 7, None, 9, 5),
     ]
     assert all(type(x) is int for o in outcomes for x in o[2:6]) and parsed == [None, None]
     with pytest.raises(TypeError, match="undecoded"):
@@ -413,7 +414,7 @@ async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix
         client = aioredis.from_url(redis_url)
         reply = await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)  # type: ignore[misc]
         await client.aclose()
-        assert isinstance(reply, bytes) and len(reply) == 8 * (2 + 6 * len(checks))
+        assert isinstance(reply, bytes) and len(reply) == 8 * (2 + 7 * len(checks))
         _, outcomes, _ = decode(reply, checks)
         assert [(o.allowed, o.remaining) for o in outcomes] == [(True, 9), (True, 99), (True, 999)]
         assert [(o.allowed, o.remaining) for o in await backend.hit(checks)] == [
@@ -446,7 +447,7 @@ async def test_states_stored_as_text_by_earlier_versions_are_still_read(
         window = round(clock.now * 1_000_000) // limit.period_us
         await client.set(key, f"{window} 3", px=60_000)  # three requests counted, as text
         [peeked] = await backend.peek([Check("old", limit)])
-        assert (peeked.allowed, peeked.remaining) == (True, 1)
+        assert (peeked.allowed, peeked.remaining) == (True, 2)  # what is left now
         [hit] = await backend.hit([Check("old", limit)])
         assert (hit.allowed, hit.remaining) == (True, 1)
         assert await client.get(key) == str(window * 6 + 4).encode()  # one integer now

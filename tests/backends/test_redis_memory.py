@@ -17,11 +17,11 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit._rates import Limit
 from asgi_ratelimit.backends._memory import MemoryBackend
+from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._script import SCRIPT_SHA, decode, encode, parse_state
-from asgi_ratelimit._rates import Limit
 from tests.backends.test_equivalence import _compare
 from tests.conftest import FakeClock
 

@@ -24,9 +24,8 @@ from asgi_ratelimit import (
     RateLimitMiddleware,
     Rule,
 )
-from asgi_ratelimit.algorithms import Outcome
-from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit._rates import Limit as LimitType
+from asgi_ratelimit.backends import Check, Result
 from tests.conftest import FakeClock
 
 PEER = "198.51.100.7"
@@ -379,10 +378,7 @@ async def test_a_users_rate_limit_exceeded_handler_wins(limiter: RateLimiter) ->
 class BrokenBackend(MemoryBackend):
     """A backend whose storage is down: every call raises, as a dead Redis would."""
 
-    async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
-        raise BackendError("connection refused")
-
-    async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
+    def decide(self, checks: Sequence[Check], consume: bool = True) -> Result:
         raise BackendError("connection refused")
 
     async def __aexit__(

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from asgi_ratelimit import BackendError, Identity, Limit, MemoryBackend, RateLimiter, Rule
-from asgi_ratelimit.algorithms import Outcome
-from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit.backends import Check, Outcome, Result
 from tests.conftest import FakeClock
 
 from .conftest import PEER, client, make_app
@@ -24,14 +23,23 @@ class BrokenBackend:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.healthy = False
+
+    def decide(self, checks: Sequence[Check], consume: bool = True) -> Result:
+        self.calls += 1
+        raise BackendError("connection refused")
+
+    def refund(self, checks: Sequence[Check], at: object) -> None:
+        raise BackendError("connection refused")
 
     async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
-        self.calls += 1
-        raise BackendError("connection refused")
+        return self.decide(checks).outcomes
 
     async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
-        self.calls += 1
-        raise BackendError("connection refused")
+        return self.decide(checks, False).outcomes
+
+    def validate_limit(self, limit: Limit) -> Limit:
+        return limit
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
         raise BackendError("connection refused")
@@ -83,7 +91,7 @@ async def test_a_backend_that_breaks_otherwise_is_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     class BuggyBackend(BrokenBackend):
-        async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
+        def decide(self, checks: Sequence[Check], consume: bool = True) -> Result:
             self.calls += 1
             raise RuntimeError("a bug")
 
@@ -149,7 +157,7 @@ async def test_identity_source_that_raises_falls_back_to_the_client_ip(
     assert state.json()["identity"] == f"ip:{PEER}"
     messages = [r.getMessage() for r in caplog.records]
     assert sum("token service down" in m for m in messages) == 1
-    assert sum("something else than an Identity" in m for m in messages) == 1
+    assert sum("neither an Identity nor None" in m for m in messages) == 1
 
 
 async def test_cost_callable_that_raises_counts_one(
@@ -172,10 +180,10 @@ async def test_unexpected_limiter_bug_lets_the_request_through(
 ) -> None:
     limiter = limiter_for(rules=RULES)
 
-    async def bug(scope: Any, *, consume: bool = True) -> Any:
+    def bug(scope: Any, *, consume: bool = True) -> Any:
         raise AttributeError("a bug")
 
-    limiter.check_request = bug  # type: ignore[method-assign]
+    limiter.check = bug  # type: ignore[method-assign]
     with caplog.at_level(logging.ERROR, logger="asgi_ratelimit"):
         async with client(make_app(limiter)) as http:
             assert await codes(http, "GET", "/search", 3) == [200, 200, 200]

@@ -9,6 +9,7 @@ from starlette.applications import Starlette
 
 from asgi_ratelimit import (
     ClientIP,
+    Decision,
     Identity,
     Limit,
     MemoryBackend,
@@ -16,7 +17,8 @@ from asgi_ratelimit import (
     RateLimitMiddleware,
     Rule,
 )
-from tests.conftest import FakeClock
+from asgi_ratelimit.http._policy import Access
+from tests.conftest import FakeClock, settle
 
 from .conftest import PEER, client, make_app
 
@@ -338,49 +340,30 @@ def http_scope(path: str, method: str = "GET", peer: str = PEER) -> dict[str, An
     }
 
 
-async def test_check_request_peek_consumes_nothing(
+async def test_check_peek_consumes_nothing(
     clock: FakeClock, limiter_for: Callable[..., RateLimiter]
 ) -> None:
     clock.now = ALIGNED
     limiter = limiter_for(rules=[Rule("/search", limits=fixed("2/minute"), name="search")])
     for _ in range(3):
-        peek = await limiter.check_request(http_scope("/search"), consume=False)
-        assert peek.access == "checked"
-        assert (peek.decision.allowed, peek.decision.remaining) == (True, 2)
-    hit = await limiter.check_request(http_scope("/search"))
-    assert hit.decision.remaining == 1
-    assert (
-        await limiter.check_request(http_scope("/search"), consume=False)
-    ).decision.remaining == 1
+        peek = await settle(limiter.check(http_scope("/search"), consume=False))
+        assert isinstance(peek, Decision) and (peek.allowed, peek.remaining) == (True, 2)
+    hit = await settle(limiter.check(http_scope("/search")))
+    assert hit.remaining == 1
+    assert (await settle(limiter.check(http_scope("/search"), consume=False))).remaining == 1
+    assert [p.remaining for p in await limiter.usage(http_scope("/search"))] == [1]
 
 
-async def test_verdicts_for_lists_and_ipv4_mapped_peers(
+async def test_checks_for_lists_and_ipv4_mapped_peers(
     limiter_for: Callable[..., RateLimiter],
 ) -> None:
     limiter = limiter_for(default_limits="5/minute", allow=["10.0.0.0/8"], deny=["192.0.2.0/24"])
-    blocked = await limiter.check_request(http_scope("/", peer="::ffff:192.0.2.9"))
-    assert blocked.access == "blocked"
-    bypass = await limiter.check_request(http_scope("/", peer="10.1.2.3"))
-    assert bypass.access == "bypass"
-    assert not bypass.decision.limited
-    checked = await limiter.check_request(http_scope("/", peer="198.51.100.1"))
-    assert checked.access == "checked" and checked.decision.remaining == 4
-
-
-async def test_denied_response_is_the_same_429_as_the_middleware(
-    clock: FakeClock, limiter_for: Callable[..., RateLimiter]
-) -> None:
-    clock.now = ALIGNED + 12
-    limiter = limiter_for(rules=[Rule("/x", limits=fixed("1/minute"), name="x")], headers="ietf")
-    await limiter.check_request(http_scope("/x"))
-    decision = (await limiter.check_request(http_scope("/x"))).decision
-    response = limiter.denied_response(decision)
-    assert response.status_code == 429
-    assert response.headers["content-type"] == "application/problem+json"
-    assert response.headers["retry-after"] == "48"
-    assert response.headers["ratelimit"] == '"x";r=0;t=48'
-    assert "x-ratelimit-limit" not in response.headers
-    assert b'"violated-policies":["x"]' in response.body
+    blocked = await settle(limiter.check(http_scope("/", peer="::ffff:192.0.2.9")))
+    assert isinstance(blocked, Access) and blocked.verdict == "blocked"
+    bypass = await settle(limiter.check(http_scope("/", peer="10.1.2.3")))
+    assert isinstance(bypass, Access) and bypass.verdict == "bypass"
+    checked = await settle(limiter.check(http_scope("/", peer="198.51.100.1")))
+    assert isinstance(checked, Decision) and checked.remaining == 4
 
 
 async def test_leaky_bucket_default_sleep_really_waits_then_serves(

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from asgi_ratelimit import ClientIP, Identity
 from asgi_ratelimit._errors import ConfigurationError
-from asgi_ratelimit.http.identity import ClientIP, Identity
+from tests.conftest import settle
 
 PROXY = "10.0.0.1"
 LB = "10.0.0.2"
@@ -49,13 +50,13 @@ behind = ClientIP(trusted_proxies=["10.0.0.0/8"])
 
 
 async def test_ipv4_identity() -> None:
-    assert await ClientIP()(scope("203.0.113.7")) == Identity("ip:203.0.113.7", None, "ip")
+    assert await settle(ClientIP()(scope("203.0.113.7"))) == Identity("ip:203.0.113.7", None, "ip")
 
 
 async def test_ipv6_grouped_by_64_by_default() -> None:
-    one = await ClientIP()(scope("2001:db8:1:2:aaaa::1"))
-    two = await ClientIP()(scope("2001:db8:1:2:ffff:ffff:ffff:ffff"))
-    other = await ClientIP()(scope("2001:db8:1:3::1"))
+    one = await settle(ClientIP()(scope("2001:db8:1:2:aaaa::1")))
+    two = await settle(ClientIP()(scope("2001:db8:1:2:ffff:ffff:ffff:ffff")))
+    other = await settle(ClientIP()(scope("2001:db8:1:3::1")))
     assert one == two == Identity("ip:2001:db8:1:2::/64", None, "ip")
     assert other.key == "ip:2001:db8:1:3::/64"
 
@@ -69,12 +70,12 @@ async def test_ipv6_grouped_by_64_by_default() -> None:
     ],
 )
 async def test_ipv6_prefix_is_configurable(prefix: int, key: str) -> None:
-    found = await ClientIP(ipv6_prefix=prefix)(scope("2001:db8:1:2ff::9"))
+    found = await settle(ClientIP(ipv6_prefix=prefix)(scope("2001:db8:1:2ff::9")))
     assert found.key == key
 
 
 async def test_ipv4_mapped_peer_is_the_ipv4_address() -> None:
-    assert (await ClientIP()(scope("::ffff:203.0.113.7"))).key == "ip:203.0.113.7"
+    assert (await settle(ClientIP()(scope("::ffff:203.0.113.7")))).key == "ip:203.0.113.7"
 
 
 async def test_ipv4_mapped_proxy_peer_is_trusted_as_ipv4() -> None:
@@ -92,8 +93,8 @@ async def test_ipv4_mapped_forwarded_entry_is_the_ipv4_address() -> None:
 )
 async def test_no_usable_client_shares_the_unknown_key(client: Any) -> None:
     s = {"type": "http", "client": client, "headers": xff("198.51.100.4")}
-    assert await behind(s) == Identity("ip:unknown", None, "ip")
-    assert await ClientIP()({"type": "http"}) == Identity("ip:unknown", None, "ip")
+    assert await settle(behind(s)) == Identity("ip:unknown", None, "ip")
+    assert await settle(ClientIP()({"type": "http"})) == Identity("ip:unknown", None, "ip")
 
 
 async def test_peer_zone_id_is_dropped() -> None:
@@ -111,13 +112,13 @@ async def test_forwarding_headers_from_an_untrusted_peer_are_ignored(header: str
         (b"x-real-ip", b"1.1.1.1"),
     ]
     untrusted = ClientIP(trusted_proxies=["10.0.0.0/8"], header=header)
-    assert (await untrusted(scope("203.0.113.7", headers))).key == "ip:203.0.113.7"
+    assert (await settle(untrusted(scope("203.0.113.7", headers)))).key == "ip:203.0.113.7"
     # And with no trusted proxies configured at all, even a private peer is not trusted.
-    assert (await ClientIP(header=header)(scope(PROXY, headers))).key == "ip:10.0.0.1"
+    assert (await settle(ClientIP(header=header)(scope(PROXY, headers)))).key == "ip:10.0.0.1"
 
 
 async def test_each_spoofed_value_does_not_change_the_key() -> None:
-    keys = {(await behind(scope("203.0.113.7", xff(f"1.1.1.{i}")))).key for i in range(50)}
+    keys = {(await settle(behind(scope("203.0.113.7", xff(f"1.1.1.{i}"))))).key for i in range(50)}
     assert keys == {"ip:203.0.113.7"}
 
 
@@ -345,5 +346,5 @@ def test_any_header_value_yields_an_address_or_none(header: str, value: str, pee
     ],
 )
 async def test_malformed_scopes_do_not_raise(bad_scope: dict[str, Any]) -> None:
-    found = await behind(bad_scope)
+    found = await settle(behind(bad_scope))
     assert found.key in {"ip:unknown", "ip:10.0.0.1"}

@@ -21,8 +21,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from asgi_ratelimit import Identity
 from asgi_ratelimit._errors import ConfigurationError
-from asgi_ratelimit.http.identity import Identity, JWTSubject
+from asgi_ratelimit.http.identity import JWTSubject
+from tests.conftest import settle
 
 SECRET = "test-secret-0123456789-abcdefghij-0123456789"  # 44 bytes: fine for HS256
 
@@ -63,13 +65,13 @@ hs = JWTSubject(key=SECRET, algorithms=["HS256"])
 
 
 async def test_valid_token_yields_subject_and_tier() -> None:
-    assert await hs(scope(hs256(claims()))) == Identity("user:alice", "premium", "jwt")
+    assert await settle(hs(scope(hs256(claims())))) == Identity("user:alice", "premium", "jwt")
 
 
 @pytest.mark.parametrize("tier", [None, 3, ["premium"], {"a": 1}])
 async def test_tier_must_be_a_string(tier: Any) -> None:
     payload = claims(tier=tier) if tier is not None else {"sub": "alice", "exp": now() + 60}
-    assert await hs(scope(hs256(payload))) == Identity("user:alice", None, "jwt")
+    assert await settle(hs(scope(hs256(payload)))) == Identity("user:alice", None, "jwt")
 
 
 async def test_custom_claims_header_and_no_scheme() -> None:
@@ -77,20 +79,20 @@ async def test_custom_claims_header_and_no_scheme() -> None:
         key=SECRET, subject_claim="uid", tier_claim="plan", header="X-Token", scheme=None
     )
     token = hs256({"uid": "u-9", "plan": "gold", "sub": "ignored"})
-    assert await source(scope(headers=[(b"x-token", token.encode())])) == Identity(
+    assert await settle(source(scope(headers=[(b"x-token", token.encode())]))) == Identity(
         "user:u-9", "gold", "jwt"
     )
-    assert await source(scope(token)) is None  # Authorization is not read by this source
+    assert await settle(source(scope(token))) is None  # Authorization is not read by this source
 
 
 async def test_tier_claim_none_ignores_tiers() -> None:
     source = JWTSubject(key=SECRET, tier_claim=None)
-    assert await source(scope(hs256(claims()))) == Identity("user:alice", None, "jwt")
+    assert await settle(source(scope(hs256(claims())))) == Identity("user:alice", None, "jwt")
 
 
 async def test_scheme_is_case_insensitive_and_whitespace_tolerant() -> None:
     token = hs256(claims())
-    found = await hs(scope(headers=[(b"authorization", f"  bearer   {token}  ".encode())]))
+    found = await settle(hs(scope(headers=[(b"authorization", f"  bearer   {token}  ".encode())])))
     assert found == Identity("user:alice", "premium", "jwt")
 
 
@@ -99,26 +101,27 @@ async def test_scheme_is_case_insensitive_and_whitespace_tolerant() -> None:
 
 async def test_forged_signature() -> None:
     assert (
-        await hs(scope(hs256(claims(), secret="another-secret-of-sufficient-length-000"))) is None
+        await settle(hs(scope(hs256(claims(), secret="another-secret-of-sufficient-length-000"))))
+        is None
     )
 
 
 async def test_tampered_payload_keeps_no_identity() -> None:
     head, _, sig = hs256(claims()).split(".")
     evil = b64(json.dumps(claims(sub="admin")).encode())
-    assert await hs(scope(f"{head}.{evil}.{sig}")) is None
+    assert await settle(hs(scope(f"{head}.{evil}.{sig}"))) is None
 
 
 async def test_alg_none_is_refused() -> None:
     unsigned = jwt.encode(claims(), None, algorithm="none")
-    assert await hs(scope(unsigned)) is None
-    assert await hs(scope(hand_made({"alg": "none", "typ": "JWT"}, claims()))) is None
-    assert await hs(scope(hand_made({"alg": "None"}, claims()))) is None
-    assert await hs(scope(hand_made({"typ": "JWT"}, claims()))) is None  # no alg at all
+    assert await settle(hs(scope(unsigned))) is None
+    assert await settle(hs(scope(hand_made({"alg": "none", "typ": "JWT"}, claims())))) is None
+    assert await settle(hs(scope(hand_made({"alg": "None"}, claims())))) is None
+    assert await settle(hs(scope(hand_made({"typ": "JWT"}, claims())))) is None  # no alg at all
 
 
 async def test_algorithm_not_in_the_allow_list() -> None:
-    assert await hs(scope(hs256(claims(), secret=SECRET * 2, algorithm="HS512"))) is None
+    assert await settle(hs(scope(hs256(claims(), secret=SECRET * 2, algorithm="HS512")))) is None
 
 
 async def test_public_key_used_as_hmac_secret_is_refused() -> None:
@@ -131,8 +134,8 @@ async def test_public_key_used_as_hmac_secret_is_refused() -> None:
     head = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
     body = b64(json.dumps(claims()).encode())
     sig = hmac.new(pem, f"{head}.{body}".encode(), hashlib.sha256).digest()
-    assert await source(scope(f"{head}.{body}.{b64(sig)}")) is None
-    assert await source(scope(jwt.encode(claims(), private, algorithm="RS256"))) is not None
+    assert await settle(source(scope(f"{head}.{body}.{b64(sig)}"))) is None
+    assert await settle(source(scope(jwt.encode(claims(), private, algorithm="RS256")))) is not None
 
 
 @pytest.mark.parametrize(
@@ -151,7 +154,7 @@ async def test_time_claims(payload: dict[str, Any], leeway: int, identified: boo
     source = JWTSubject(key=SECRET, leeway=leeway)
     # Times are offsets from now; strings stay as they are (malformed on purpose).
     timed = {k: now() + v if isinstance(v, int) else v for k, v in payload.items()}
-    found = await source(scope(hs256({"sub": "alice", **timed})))
+    found = await settle(source(scope(hs256({"sub": "alice", **timed}))))
     assert (found == Identity("user:alice", None, "jwt")) is identified
 
 
@@ -168,24 +171,24 @@ async def test_time_claims(payload: dict[str, Any], leeway: int, identified: boo
 )
 async def test_audience_and_issuer(payload: dict[str, Any], identified: bool) -> None:
     source = JWTSubject(key=SECRET, audience="api", issuer="https://id.example")
-    found = await source(scope(hs256(claims(**payload))))
+    found = await settle(source(scope(hs256(claims(**payload)))))
     assert (found is not None) is identified
 
 
 async def test_token_with_an_audience_needs_a_configured_audience() -> None:
-    assert await hs(scope(hs256(claims(aud="api")))) is None
+    assert await settle(hs(scope(hs256(claims(aud="api"))))) is None
     several = JWTSubject(key=SECRET, audience=["api", "web"], issuer=["a", "b"])
-    assert await several(scope(hs256(claims(aud="web", iss="b")))) is not None
+    assert await settle(several(scope(hs256(claims(aud="web", iss="b"))))) is not None
 
 
 @pytest.mark.parametrize("sub", [None, "", 42, ["alice"], "x" * 257])
 async def test_subject_must_be_a_short_string(sub: Any) -> None:
     payload = {"exp": now() + 60} if sub is None else {"sub": sub, "exp": now() + 60}
-    assert await JWTSubject(key=SECRET, subject_claim="sub")(scope(hs256(payload))) is None
+    assert await settle(JWTSubject(key=SECRET, subject_claim="sub")(scope(hs256(payload)))) is None
 
 
 async def test_subject_of_256_chars_is_fine() -> None:
-    found = await hs(scope(hs256({"sub": "x" * 256})))
+    found = await settle(hs(scope(hs256({"sub": "x" * 256}))))
     assert found == Identity("user:" + "x" * 256, None, "jwt")
 
 
@@ -194,9 +197,9 @@ async def test_oversized_tokens_are_refused_before_decoding() -> None:
     fits = hs256(claims(pad="p" * 500))
     too_big = hs256(claims(pad="p" * 1000))
     assert len(fits) <= 1024 < len(too_big)
-    assert await source(scope(fits)) is not None
-    assert await source(scope(too_big)) is None
-    assert await hs(scope("a" * 5_000_000 + ".b.c")) is None
+    assert await settle(source(scope(fits))) is not None
+    assert await settle(source(scope(too_big))) is None
+    assert await settle(hs(scope("a" * 5_000_000 + ".b.c"))) is None
 
 
 @pytest.mark.parametrize(
@@ -214,23 +217,26 @@ async def test_oversized_tokens_are_refused_before_decoding() -> None:
     ],
 )
 async def test_malformed_authorization_headers(value: bytes) -> None:
-    assert await hs(scope(headers=[(b"authorization", value)])) is None
+    assert await settle(hs(scope(headers=[(b"authorization", value)]))) is None
 
 
 async def test_two_authorization_headers_are_refused() -> None:
     good = f"Bearer {hs256(claims())}".encode()
-    assert await hs(scope(headers=[(b"authorization", good), (b"authorization", good)])) is None
+    assert (
+        await settle(hs(scope(headers=[(b"authorization", good), (b"authorization", good)])))
+        is None
+    )
 
 
 async def test_no_token() -> None:
-    assert await hs(scope()) is None
-    assert await hs({"type": "http"}) is None
+    assert await settle(hs(scope())) is None
+    assert await settle(hs({"type": "http"})) is None
 
 
 @settings(max_examples=150, deadline=None)
 @given(value=st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
 async def test_any_header_value_never_raises(value: bytes) -> None:
-    found = await hs(scope(headers=[(b"authorization", b"Bearer " + value)]))
+    found = await settle(hs(scope(headers=[(b"authorization", b"Bearer " + value)])))
     assert found is None
 
 
@@ -264,20 +270,22 @@ async def test_public_key_algorithms(keys: dict[str, Any], alg: str, form: str) 
     }[form]
     source = JWTSubject(key=key, algorithms=[alg])
     token = jwt.encode(claims(), private, algorithm=alg)
-    assert await source(scope(token)) == Identity("user:alice", "premium", "jwt")
+    assert await settle(source(scope(token))) == Identity("user:alice", "premium", "jwt")
     other = {"RS256": rsa.generate_private_key(public_exponent=65537, key_size=2048)}.get(
         alg, keys["ES256"] if alg == "EdDSA" else keys["EdDSA"]
     )
     forged_alg = alg if alg == "RS256" else ("EdDSA" if alg == "ES256" else "ES256")
-    assert await source(scope(jwt.encode(claims(), other, algorithm=forged_alg))) is None
+    assert await settle(source(scope(jwt.encode(claims(), other, algorithm=forged_alg)))) is None
 
 
 async def test_rsa_key_with_several_rsa_algorithms(keys: dict[str, Any]) -> None:
     source = JWTSubject(key=keys["RS256"].public_key(), algorithms=["RS256", "PS256", "RS512"])
     for alg in ("RS256", "PS256", "RS512"):
         token = jwt.encode(claims(), keys["RS256"], algorithm=alg)
-        assert await source(scope(token)) is not None
-    assert await source(scope(jwt.encode(claims(), keys["RS256"], algorithm="RS384"))) is None
+        assert await settle(source(scope(token))) is not None
+    assert (
+        await settle(source(scope(jwt.encode(claims(), keys["RS256"], algorithm="RS384")))) is None
+    )
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -377,7 +385,7 @@ class IdentityProvider:
         async def jwks(request: Request) -> Response:
             self.requests += 1
             if self.gate is not None:
-                await self.gate.wait()
+                await settle(self.gate.wait())
             if self.body is not None:
                 return Response(self.body, status_code=self.status)
             return JSONResponse({"keys": self.served}, status_code=self.status)
@@ -447,9 +455,11 @@ async def test_jwks_keys_are_fetched_once_and_cached(idp: Any, http: Any, clock:
     idp.add("o1", alg="EdDSA")
     source = jwks_source(http, clock)
     for _ in range(3):
-        assert await source(scope(idp.token("k1"))) == Identity("user:alice", "premium", "jwt")
-        assert await source(scope(idp.token("e1", alg="ES256"))) is not None
-        assert await source(scope(idp.token("o1", alg="EdDSA"))) is not None
+        assert await settle(source(scope(idp.token("k1")))) == Identity(
+            "user:alice", "premium", "jwt"
+        )
+        assert await settle(source(scope(idp.token("e1", alg="ES256")))) is not None
+        assert await settle(source(scope(idp.token("o1", alg="EdDSA")))) is not None
     assert idp.requests == 1 == source.jwks_fetches
 
 
@@ -458,19 +468,19 @@ async def test_unknown_kid_refreshes_at_most_once_per_interval(
 ) -> None:
     idp.add("k1")
     source = jwks_source(http, clock, jwks_refresh_interval=300)
-    assert await source(scope(idp.token("k1"))) is not None
+    assert await settle(source(scope(idp.token("k1")))) is not None
     idp.add("k2")  # the provider rotates in a new key
     clock.advance(299.999)
     for _ in range(20):  # a flood of unknown kids costs no fetch inside the interval
-        assert await source(scope(idp.token("k2"))) is None
+        assert await settle(source(scope(idp.token("k2")))) is None
     assert idp.requests == 1
     clock.advance(0.001)
-    assert await source(scope(idp.token("k2"))) == Identity("user:alice", "premium", "jwt")
+    assert await settle(source(scope(idp.token("k2")))) == Identity("user:alice", "premium", "jwt")
     assert idp.requests == 2
     idp.add("k3")
     clock.advance(1)
-    assert await source(scope(idp.token("k3"))) is None
-    assert await source(scope(idp.token("k1"))) is not None  # cached keys keep working
+    assert await settle(source(scope(idp.token("k3")))) is None
+    assert await settle(source(scope(idp.token("k1")))) is not None  # cached keys keep working
     assert idp.requests == 2
 
 
@@ -480,13 +490,13 @@ async def test_removed_keys_stop_working_after_the_interval(
     idp.add("k1")
     idp.add("k2")
     source = jwks_source(http, clock, jwks_refresh_interval=60)
-    assert await source(scope(idp.token("k1"))) is not None
+    assert await settle(source(scope(idp.token("k1")))) is not None
     idp.remove("k1")
     clock.advance(59)
-    assert await source(scope(idp.token("k1"))) is not None  # still cached
+    assert await settle(source(scope(idp.token("k1")))) is not None  # still cached
     clock.advance(1)
-    assert await source(scope(idp.token("k1"))) is None  # the stale cache was refreshed
-    assert await source(scope(idp.token("k2"))) is not None
+    assert await settle(source(scope(idp.token("k1")))) is None  # the stale cache was refreshed
+    assert await settle(source(scope(idp.token("k2")))) is not None
     assert idp.requests == 2
 
 
@@ -496,7 +506,9 @@ async def test_requests_during_a_fetch_wait_for_it(idp: Any, http: Any, clock: A
     source = jwks_source(http, clock)
     token = idp.token("k1")
     tasks = [asyncio.ensure_future(source(scope(token))) for _ in range(25)]
-    await until(lambda: idp.requests == 1)  # the first request reached the provider and waits
+    await settle(
+        until(lambda: idp.requests == 1)
+    )  # the first request reached the provider and waits
     for _ in range(10):
         await asyncio.sleep(0)
     assert not any(task.done() for task in tasks)  # nobody gave up while the fetch ran
@@ -511,13 +523,13 @@ async def test_known_keys_are_served_while_a_refresh_is_in_flight(
 ) -> None:
     idp.add("k1")
     source = jwks_source(http, clock, jwks_refresh_interval=60)
-    assert await source(scope(idp.token("k1"))) is not None
+    assert await settle(source(scope(idp.token("k1")))) is not None
     idp.gate = asyncio.Event()
     clock.advance(60)
     refreshing = asyncio.ensure_future(source(scope(idp.token("k1"))))
-    await until(lambda: idp.requests == 2)
+    await settle(until(lambda: idp.requests == 2))
     meanwhile = asyncio.ensure_future(source(scope(idp.token("k1"))))
-    await until(meanwhile.done)  # not held up by the refresh in flight
+    await settle(until(meanwhile.done))  # not held up by the refresh in flight
     assert meanwhile.result() == Identity("user:alice", "premium", "jwt")
     assert not refreshing.done()
     idp.gate.set()
@@ -540,24 +552,24 @@ async def test_jwks_failures_identify_no_one_and_retry_later(
     idp.add("k1")
     idp.status, idp.body = status, body
     source = jwks_source(http, clock, jwks_refresh_interval=300)
-    assert await source(scope(idp.token("k1"))) is None
+    assert await settle(source(scope(idp.token("k1")))) is None
     assert "JWKS fetch from http://idp.test/.well-known/jwks.json failed" in caplog.text
     clock.advance(29)
-    assert await source(scope(idp.token("k1"))) is None
+    assert await settle(source(scope(idp.token("k1")))) is None
     assert idp.requests == 1
     idp.status, idp.body = 200, None  # the provider is back
     clock.advance(1)
-    assert await source(scope(idp.token("k1"))) is not None
+    assert await settle(source(scope(idp.token("k1")))) is not None
     assert idp.requests == 2
 
 
 async def test_failed_refresh_keeps_the_cached_keys(idp: Any, http: Any, clock: Any) -> None:
     idp.add("k1")
     source = jwks_source(http, clock, jwks_refresh_interval=60)
-    assert await source(scope(idp.token("k1"))) is not None
+    assert await settle(source(scope(idp.token("k1")))) is not None
     idp.status = 503
     clock.advance(60)
-    assert await source(scope(idp.token("k1"))) is not None
+    assert await settle(source(scope(idp.token("k1")))) is not None
     assert idp.requests == 2
 
 
@@ -565,7 +577,7 @@ async def test_unreachable_jwks_url_with_the_default_client(clock: Any) -> None:
     source = JWTSubject(jwks_url="http://127.0.0.1:9/jwks.json", algorithms=["RS256"], clock=clock)
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     token = jwt.encode(claims(), private, algorithm="RS256", headers={"kid": "k1"})
-    assert await source(scope(token)) is None
+    assert await settle(source(scope(token))) is None
     assert source.jwks_fetches == 1
 
 
@@ -578,25 +590,25 @@ async def test_unusable_jwks_entries_are_skipped(idp: Any, http: Any, clock: Any
     idp.served.append("not a key")
     idp.served.append({"kty": "EC", "kid": "es512-pinned", "alg": "ES512"})
     source = jwks_source(http, clock, algorithms=["RS256", "PS256"])
-    assert await source(scope(idp.token("good"))) is not None
-    assert await source(scope(idp.token("good", alg="PS256"))) is not None
-    assert await source(scope(idp.token("pinned"))) is not None
+    assert await settle(source(scope(idp.token("good")))) is not None
+    assert await settle(source(scope(idp.token("good", alg="PS256")))) is not None
+    assert await settle(source(scope(idp.token("pinned")))) is not None
     # The key pins RS256: a token naming PS256 does not get to use it.
-    assert await source(scope(idp.token("pinned", alg="PS256"))) is None
-    assert await source(scope(idp.token("enc"))) is None
+    assert await settle(source(scope(idp.token("pinned", alg="PS256")))) is None
+    assert await settle(source(scope(idp.token("enc")))) is None
     hs_token = jwt.encode(claims(), SECRET, algorithm="HS256", headers={"kid": "sym"})
-    assert await source(scope(hs_token)) is None
+    assert await settle(source(scope(hs_token))) is None
     assert idp.requests == 1
 
 
 async def test_token_without_kid_uses_a_single_key_set(idp: Any, http: Any, clock: Any) -> None:
     idp.add(None)
     source = jwks_source(http, clock)
-    assert await source(scope(idp.token(None))) is not None
+    assert await settle(source(scope(idp.token(None)))) is not None
     idp.add("k2")
     clock.advance(300)
-    assert await source(scope(idp.token(None))) is None  # two keys: no guessing
-    assert await source(scope(idp.token("k2"))) is not None
+    assert await settle(source(scope(idp.token(None)))) is None  # two keys: no guessing
+    assert await settle(source(scope(idp.token("k2")))) is not None
 
 
 async def test_jwks_repr_and_expiry_still_checked(idp: Any, http: Any, clock: Any) -> None:
@@ -606,9 +618,9 @@ async def test_jwks_repr_and_expiry_still_checked(idp: Any, http: Any, clock: An
         "JWTSubject(jwks_url='http://idp.test/.well-known/jwks.json', "
         "algorithms=['RS256', 'ES256', 'EdDSA'], audience='api', issuer=None)"
     )
-    assert await source(scope(idp.token("k1", exp=now() - 5, aud="api"))) is None
-    assert await source(scope(idp.token("k1", aud="web"))) is None
-    assert await source(scope(idp.token("k1", aud="api"))) is not None
+    assert await settle(source(scope(idp.token("k1", exp=now() - 5, aud="api")))) is None
+    assert await settle(source(scope(idp.token("k1", aud="web")))) is None
+    assert await settle(source(scope(idp.token("k1", aud="api")))) is not None
 
 
 # -- the chain, through a real app ------------------------------------------------------------
@@ -649,20 +661,23 @@ async def test_forged_tokens_and_unknown_keys_fall_through_to_the_client_ip(cloc
     async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
 
         async def get(**headers: str) -> tuple[int, str]:
-            response = await http.get("/whoami", headers=headers)
+            response = await settle(http.get("/whoami", headers=headers))
             return response.status_code, response.text
 
         good = {"authorization": f"Bearer {hs256(claims())}"}
         forged = {"authorization": f"Bearer {hs256(claims(), secret=SECRET[::-1])}"}
         via = {"x-forwarded-for": "198.51.100.4"}
-        assert await get(**good) == (200, "user:alice premium")
-        assert await get(**forged, **via) == (200, "ip:198.51.100.4 None")
+        assert await settle(get(**good)) == (200, "user:alice premium")
+        assert await settle(get(**forged, **via)) == (200, "ip:198.51.100.4 None")
         gold = "key:" + hashlib.sha256(b"k-gold").hexdigest()[:32]
-        assert await get(**forged, **{"x-api-key": "k-gold"}, **via) == (200, f"{gold} premium")
-        assert await get(**{"x-api-key": "k-guess"}, **via) == (200, "ip:198.51.100.4 None")
+        assert await settle(get(**forged, **{"x-api-key": "k-gold"}, **via)) == (
+            200,
+            f"{gold} premium",
+        )
+        assert await settle(get(**{"x-api-key": "k-guess"}, **via)) == (200, "ip:198.51.100.4 None")
         # Forged tokens and invented keys shared one budget: the client IP's, 2/minute.
-        assert (await get(**forged, **via))[0] == 429
-        assert [(await get(**good))[0] for _ in range(3)] == [200, 200, 429]  # premium: 3
+        assert (await settle(get(**forged, **via)))[0] == 429
+        assert [(await settle(get(**good)))[0] for _ in range(3)] == [200, 200, 429]  # premium: 3
 
 
 _json = st.recursive(
@@ -693,7 +708,7 @@ async def test_correctly_signed_odd_claims_never_raise(
     p = b64(json.dumps(payload).encode())
     sig = hmac.new(SECRET.encode(), f"{h}.{p}".encode(), hashlib.sha256).digest()
     source = JWTSubject(key=SECRET, audience=audience, issuer=None)
-    found = await source(scope(f"{h}.{p}.{b64(sig)}"))
+    found = await settle(source(scope(f"{h}.{p}.{b64(sig)}")))
     if found is not None:
         assert found.key == "user:" + payload["sub"]
         assert found.tier == (payload["tier"] if isinstance(payload.get("tier"), str) else None)
@@ -709,8 +724,8 @@ async def test_short_hmac_secret_works_and_is_reported_once(
     with pytest.warns(jwt.InsecureKeyLengthWarning):  # PyJWT's own signing-side warning
         token = jwt.encode({"sub": "ann", "tier": "premium"}, "secret", algorithm="HS256")
     scope = {"type": "http", "headers": [(b"authorization", f"Bearer {token}".encode())]}
-    assert await source(scope) == Identity("user:ann", "premium", "jwt")
+    assert await settle(source(scope)) == Identity("user:ann", "premium", "jwt")
     with pytest.warns(jwt.InsecureKeyLengthWarning):
         forged = jwt.encode({"sub": "ann"}, "secreT", algorithm="HS256")
     scope = {"type": "http", "headers": [(b"authorization", f"Bearer {forged}".encode())]}
-    assert await source(scope) is None
+    assert await settle(source(scope)) is None

@@ -37,6 +37,9 @@ class Outcome(NamedTuple):
     state: State | None
     #: microseconds the stored state matters for; after that it equals no state at all
     ttl_us: int
+    #: when allowed: microseconds until more quota than ``remaining`` is available (until a
+    #: request of ``floor(remaining) + 1`` would pass), 0 when the quota is full
+    next_us: int = 0
 
 
 def ceil_div(numerator: float, denominator: int) -> int:

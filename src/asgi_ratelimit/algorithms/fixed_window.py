@@ -24,8 +24,9 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
     if cost <= limit.amount - count:
         count += cost
         reset = until_next_window if count else 0
+        # The whole quota comes back at once, when the window ends.
         return Outcome(
-            True, limit.amount, limit.amount - count, reset, 0, 0, (window, count), reset
+            True, limit.amount, limit.amount - count, reset, 0, 0, (window, count), reset, reset
         )
     retry = until_next_window if cost <= limit.amount else NEVER
     reset = until_next_window if count else 0

@@ -26,7 +26,11 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
     if backlog <= tolerance:
         reset = ceil_div(backlog, limit.amount)
         remaining = (tolerance - backlog) // period
-        return Outcome(True, limit.burst, remaining, reset, 0, 0, (new_tat,), reset)
+        # One more unit fits once the backlog is down to tolerance - (remaining + 1) * period.
+        more = ceil_div(backlog - tolerance + (remaining + 1) * period, limit.amount)
+        if remaining >= limit.burst:
+            more = 0
+        return Outcome(True, limit.burst, remaining, reset, 0, 0, (new_tat,), reset, more)
     retry = ceil_div(backlog - tolerance, limit.amount) if cost <= limit.burst else NEVER
     remaining = (tolerance - (tat - now_scaled)) // period
     reset = ceil_div(tat - now_scaled, limit.amount)

@@ -29,7 +29,11 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
         backlog = new_empty_at - now_scaled
         reset = ceil_div(backlog, limit.amount)
         remaining = (capacity - backlog) // period
-        return Outcome(True, limit.burst, remaining, reset, 0, delay, (new_empty_at,), reset)
+        # As GCRA: one more slot frees once the backlog is down by one period's worth.
+        more = ceil_div(backlog - capacity + (remaining + 1) * period, limit.amount)
+        if remaining >= limit.burst:
+            more = 0
+        return Outcome(True, limit.burst, remaining, reset, 0, delay, (new_empty_at,), reset, more)
     retry = ceil_div(queued + step - capacity, limit.amount) if cost <= limit.burst else NEVER
     remaining = (capacity - queued) // period
     return Outcome(False, limit.burst, remaining, ceil_div(queued, limit.amount), retry, 0, None, 0)

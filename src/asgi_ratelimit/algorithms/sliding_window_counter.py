@@ -51,13 +51,45 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
             reset = _wait_until_fits(amount, amount, current, previous, elapsed, period)
             ttl = 2 * period - elapsed if current else period - elapsed
         remaining = amount - estimate - cost
-        return Outcome(True, amount, remaining, reset, 0, 0, (window, current, previous), ttl)
+        more = _more_quota_in(remaining, amount, current, previous, elapsed, period)
+        return Outcome(True, amount, remaining, reset, 0, 0, (window, current, previous), ttl, more)
     retry: float = NEVER
     if cost <= amount:
         retry = _wait_until_fits(cost, amount, current, previous, elapsed, period)
     reset = _wait_until_fits(amount, amount, current, previous, elapsed, period)
     remaining = max(0, amount - estimate)
     return Outcome(False, amount, remaining, reset, retry, 0, None, 0)
+
+
+def _more_quota_in(
+    remaining: float, amount: int, current: float, previous: float, elapsed: int, period: int
+) -> int:
+    """Microseconds until more than ``remaining`` is left: a request of one more fits.
+
+    For whole counts, in closed form (this runs on every admitted request): the weighted
+    previous count ``w = floor(previous * (period - e) / period)`` first drops below its value
+    now at ``e = period + 1 - ceil(w * period / previous)``, checked like `_first_fit`; when
+    it has no weight left, the current count starts to weigh less one microsecond into the
+    next window. Fractional counts take the exact search.
+    """
+    wanted = math.floor(remaining) + 1
+    if wanted > amount:
+        return 0  # the quota is full
+    if current.__class__ is int and previous.__class__ is int and remaining == wanted - 1:
+        weight = int(amount - remaining) - current  # w, the previous count's weight now
+        if weight >= 1:
+            at = period + 1 - -(-weight * period // previous)
+            if at >= period:
+                return period - elapsed  # the previous count is gone when the window turns
+            goal = amount - wanted
+            if (
+                _estimate(current, previous, at, period) <= goal
+                and _estimate(current, previous, at - 1, period) > goal
+            ):
+                return at - elapsed
+        elif weight == 0 and current >= 1:
+            return period - elapsed + 1
+    return _wait_until_fits(wanted, amount, current, previous, elapsed, period)
 
 
 def _estimate(current: float, previous: float, elapsed: int, period: int) -> float:

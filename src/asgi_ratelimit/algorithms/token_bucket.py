@@ -31,7 +31,10 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
     if needed <= level:
         level -= needed
         reset = ceil_div(full - level, limit.amount)
-        return Outcome(True, limit.burst, level // period, reset, 0, 0, (level, last), reset)
+        remaining = level // period
+        # The next whole token: the level reaches (remaining + 1) * period.
+        more = ceil_div((remaining + 1) * period - level, limit.amount) if level < full else 0
+        return Outcome(True, limit.burst, remaining, reset, 0, 0, (level, last), reset, more)
     retry = ceil_div(needed - level, limit.amount) if cost <= limit.burst else NEVER
     reset = ceil_div(full - level, limit.amount)
     return Outcome(False, limit.burst, level // period, reset, retry, 0, None, 0)

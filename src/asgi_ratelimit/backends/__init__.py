@@ -1,9 +1,13 @@
-"""Storage backends. `MemoryBackend` is built in; `asgi_ratelimit.backends.redis` needs the
-``redis`` extra."""
+"""Storage backends: the protocol for backends of your own, and the built-in memory backend.
+
+from asgi_ratelimit.backends import Backend, Check, Outcome, Result
+from asgi_ratelimit.backends.redis import RedisBackend     # the ``redis`` extra
+"""
 
 from __future__ import annotations
 
-from ._protocol import Backend, Check
+from ..algorithms import Outcome
 from ._memory import MemoryBackend
+from ._protocol import Backend, Check, Result
 
-__all__ = ["Backend", "Check", "MemoryBackend"]
+__all__ = ["Backend", "Check", "MemoryBackend", "Outcome", "Result"]

@@ -6,12 +6,13 @@ import threading
 from collections.abc import Sequence
 from types import TracebackType
 
-from ..algorithms import DECIDERS, Outcome, State
 from .._clock import Clock, monotonic_epoch_clock
 from .._errors import ConfigurationError
 from .._rates import Limit
-from ._protocol import Check
-from ._memory_entries import Entry, Tables, _pack, _sweep, _unpack
+from ..algorithms import DECIDERS, Outcome, State
+from ..algorithms.refund import REFUNDS
+from ._memory_entries import _MASK, Entry, Tables, _pack, _sweep, _unpack
+from ._protocol import Check, Result
 
 __all__ = ["MemoryBackend"]
 
@@ -60,7 +61,7 @@ class MemoryBackend:
         self._half = max_keys // 2
         self._sweep_at = min(max_keys, _FIRST_SWEEP)
         self._lock = threading.Lock()
-        # The latest instant any decision used: time never steps back below it (see hit_sync).
+        # The latest instant any decision used: time never steps back below it (see decide).
         self._last_now = 0
 
     @property
@@ -71,21 +72,14 @@ class MemoryBackend:
     def __len__(self) -> int:
         return self._young_size + self._old_size
 
-    async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
-        return self.hit_sync(checks, commit=True)
+    # -- the protocol -----------------------------------------------------------------------
 
-    async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
-        return self.hit_sync(checks, commit=False)
+    def decide(self, checks: Sequence[Check], consume: bool = True) -> Result:
+        """Decide ``checks`` now; store the new states when all are allowed and ``consume``.
 
-    def hit_sync(self, checks: Sequence[Check], *, commit: bool = True) -> list[Outcome]:
-        """Decide ``checks`` now; store the new states when all are allowed and ``commit``."""
-        if len(checks) == 1:
-            key, limit, cost = checks[0]
-            return [self.hit_one(key, limit, cost, commit)]
-        return self._hit_many(checks, commit)
-
-    def _hit_many(self, checks: Sequence[Check], commit: bool) -> list[Outcome]:
-        """`hit_sync` for any number of checks (the general rule `hit_one` follows)."""
+        Synchronous: the whole decision happens under one lock, so concurrent coroutines
+        cannot interleave and threads stay exact.
+        """
         with self._lock:
             # The clock is read under the lock so that threads decide in time order, and it
             # is never allowed to step back: a wall clock that jumps back would otherwise make
@@ -94,83 +88,126 @@ class MemoryBackend:
             if now < self._last_now:
                 now = self._last_now
             self._last_now = now
-            outcomes: list[Outcome] = []
-            # The same key and limit may appear twice in one call: later checks see earlier ones.
-            pending: dict[tuple[str, str], State] | None = {} if len(checks) > 1 else None
-            allowed = True
-            for key, limit, cost in checks:
-                if pending and (limit.id, key) in pending:
-                    state: State | None = pending[limit.id, key]
-                else:
-                    table = self._young.get(limit.id)
-                    entry = None if table is None else table.get(key)
-                    if entry is None:
-                        state = self._old_state(limit, key, now, commit)
-                    else:
-                        state = _unpack(entry, now, _ARITY[limit.algorithm])
-                outcome = DECIDERS[limit.algorithm](state, now, limit, cost)
-                outcomes.append(outcome)
-                if not outcome.allowed:
-                    allowed = False
-                elif pending is not None and outcome.state is not None:
-                    pending[limit.id, key] = outcome.state
-            if allowed and commit:
-                for (key, limit, cost), outcome in zip(checks, outcomes, strict=True):
-                    if cost and outcome.state is not None:
-                        entry = _pack(outcome.state, now + outcome.ttl_us)
-                        table = self._young.get(limit.id)
-                        if table is not None and key in table:
-                            table[key] = entry  # the common case: an update in place
-                        else:
-                            self._insert(limit.id, key, entry, now)
-            return outcomes
+            if len(checks) == 1:
+                return Result([self._decide_one(checks[0], now, consume)], now)
+            return Result(self._decide_many(checks, now, consume), now)
 
-    def hit_one(self, key: str, limit: Limit, cost: float, commit: bool = True) -> Outcome:
-        """`hit_sync` of the one check ``Check(key, limit, cost)``, answering its `Outcome`.
-
-            outcome = backend.hit_one("ip:203.0.113.7", Limit("5/minute"), 1)
-
-        The usual request (one rule, one limit) on every request: the same steps in the same
-        order as `hit_sync`, without its lists, its pending map and its second pass.
-        """
-        with self._lock:
-            now = round(self._clock() * 1_000_000)
-            if now < self._last_now:
-                now = self._last_now
-            self._last_now = now
-            algorithm = limit.algorithm
-            table = self._young.get(limit.id)
-            entry = None if table is None else table.get(key)
-            if entry is None:
-                state = self._old_state(limit, key, now, commit)
-            else:
-                state = _unpack(entry, now, _ARITY[algorithm])
-            outcome = DECIDERS[algorithm](state, now, limit, cost)
-            if commit and cost and outcome.allowed and outcome.state is not None:
-                packed = _pack(outcome.state, now + outcome.ttl_us)
-                if entry is not None:
-                    # Found in the young generation, and nothing has moved since: in place.
-                    table[key] = packed  # type: ignore[index]
-                else:
-                    table = self._young.get(limit.id)  # _old_state may have moved things
-                    if table is not None and key in table:
-                        table[key] = packed
-                    else:
-                        self._insert(limit.id, key, packed, now)
+    def _decide_one(self, check: Check, now: int, consume: bool) -> Outcome:
+        # `_decide_many` for one check (the usual request): no pending map, no second pass.
+        key, limit, cost, budget = check
+        table_id = _table_id(limit, budget)
+        algorithm = limit.algorithm
+        table = self._young.get(table_id)
+        entry = None if table is None else table.get(key)
+        if entry is None:
+            state = self._old_state(table_id, algorithm, key, now, consume)
+        else:
+            state = _unpack(entry, now, _ARITY[algorithm])
+        outcome = DECIDERS[algorithm](state, now, limit, cost)
+        if not (cost and outcome.allowed):
             return outcome
+        if not consume:  # it would pass; what is left now is what a cost of 0 leaves
+            return DECIDERS[algorithm](state, now, limit, 0)
+        if outcome.state is not None:
+            packed = _pack(outcome.state, now + outcome.ttl_us)
+            if entry is not None:
+                # Found in the young generation, and nothing has moved since: in place.
+                table[key] = packed  # type: ignore[index]
+            else:
+                self._store(table_id, key, packed, now)
+        return outcome
 
-    def _old_state(self, limit: Limit, key: str, now: int, touch: bool) -> State | None:
+    def _decide_many(self, checks: Sequence[Check], now: int, consume: bool) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        before: list[State | None] = []
+        # The same key and limit may appear twice in one call: later checks see earlier ones.
+        pending: dict[tuple[str, str], State] = {}
+        allowed = True
+        for key, limit, cost, budget in checks:
+            table_id = _table_id(limit, budget)
+            state = self._state(table_id, limit.algorithm, key, now, consume)
+            before.append(state)
+            if (table_id, key) in pending:
+                state = pending[table_id, key]
+            outcome = DECIDERS[limit.algorithm](state, now, limit, cost)
+            outcomes.append(outcome)
+            if not outcome.allowed:
+                allowed = False
+            elif outcome.state is not None:
+                pending[table_id, key] = outcome.state
+        if allowed and consume:
+            for (key, limit, cost, budget), outcome in zip(checks, outcomes, strict=True):
+                if cost and outcome.state is not None:
+                    packed = _pack(outcome.state, now + outcome.ttl_us)
+                    self._store(_table_id(limit, budget), key, packed, now)
+            return outcomes
+        # Nothing was counted: a check that would pass reports what is left now (a cost of 0).
+        for index, (_, limit, cost, _) in enumerate(checks):
+            if cost and outcomes[index].allowed:
+                outcomes[index] = DECIDERS[limit.algorithm](before[index], now, limit, 0)
+        return outcomes
+
+    def refund(self, checks: Sequence[Check], at: int) -> None:
+        """Give back what ``decide(checks)`` consumed at ``at`` (a later door refused)."""
+        with self._lock:
+            now = max(round(self._clock() * 1_000_000), self._last_now)
+            for key, limit, cost, budget in checks:
+                if not cost:
+                    continue
+                table_id = _table_id(limit, budget)
+                state = self._state(table_id, limit.algorithm, key, now, True)
+                if state is None:
+                    continue
+                entry = self._young[table_id][key]
+                expires_at = entry & _MASK if type(entry) is int else entry[0]
+                refunded = REFUNDS[limit.algorithm](state, at, limit, cost)
+                self._young[table_id][key] = _pack(refunded, expires_at)
+
+    async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
+        return self.decide(checks).outcomes
+
+    async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
+        return self.decide(checks, consume=False).outcomes
+
+    def validate_limit(self, limit: Limit) -> Limit:
+        """Every `Limit` is decided exactly in memory."""
+        return limit
+
+    @property
+    def healthy(self) -> bool:
+        """Always True: there is no storage to lose."""
+        return True
+
+    def _state(
+        self, table_id: str, algorithm: str, key: str, now: int, touch: bool
+    ) -> State | None:
+        table = self._young.get(table_id)
+        entry = None if table is None else table.get(key)
+        if entry is None:
+            return self._old_state(table_id, algorithm, key, now, touch)
+        return _unpack(entry, now, _ARITY[algorithm])
+
+    def _old_state(
+        self, table_id: str, algorithm: str, key: str, now: int, touch: bool
+    ) -> State | None:
         """The live state of a key not in the young generation; ``touch`` makes it young."""
-        table = self._old.get(limit.id)
+        table = self._old.get(table_id)
         entry = None if table is None else table.get(key)
         if entry is None:
             return None
-        state = _unpack(entry, now, _ARITY[limit.algorithm])
+        state = _unpack(entry, now, _ARITY[algorithm])
         if state is not None and touch:
             # A key that is being denied is busy, not idle: keep it out of the generation that
             # is dropped next, so a flood of new keys cannot reset its quota.
-            self._insert(limit.id, key, entry, now)
+            self._insert(table_id, key, entry, now)
         return state
+
+    def _store(self, table_id: str, key: str, packed: Entry, now: int) -> None:
+        table = self._young.get(table_id)
+        if table is not None and key in table:
+            table[key] = packed  # the common case: an update in place
+        else:
+            self._insert(table_id, key, packed, now)
 
     def _insert(self, limit_id: str, key: str, entry: Entry, now: int) -> None:
         """Add a key to the young generation (moving it from the old one if it is there)."""
@@ -210,8 +247,9 @@ class MemoryBackend:
         self._sweep_at = min(self._max_keys, max(2 * len(self), _FIRST_SWEEP))
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
+        """Forget ``key``: every budget of it, or only its direct-use ``limits``."""
         with self._lock:
-            ids = None if limits is None else {limit.id for limit in limits}
+            ids = None if limits is None else {_table_id(limit, "") for limit in limits}
             for generation in (self._young, self._old):
                 for limit_id, table in generation.items():
                     if (ids is None or limit_id in ids) and table.pop(key, None) is not None:
@@ -243,3 +281,8 @@ class MemoryBackend:
 
     def __repr__(self) -> str:
         return f"MemoryBackend(keys={len(self)}, max_keys={self._max_keys})"
+
+
+def _table_id(limit: Limit, budget: str) -> str:
+    """The table a limit's keys live in: one per limit, and per budget (rule, route)."""
+    return limit.id if not budget else f"{budget}\x1f{limit.id}"

@@ -1,42 +1,89 @@
-"""The storage backend protocol: one atomic call decides every limit of a request."""
+"""The storage backend protocol: one atomic call decides every limit of a request.
+
+A backend is where limit state lives. The engine asks it one question per request,
+`Backend.decide`, which answers at once when the state is in this process (`MemoryBackend`)
+and with an awaitable when it lives elsewhere (`RedisBackend`): one request path, with no
+coroutine at all for the in-memory case.
+
+    result = backend.decide(checks)        # a Result, or an awaitable of one
+    result.outcomes                        # one Outcome per check, in order
+    backend.refund(checks, result.at)      # give back what a later refusal must not cost
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from types import TracebackType
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from ..algorithms import Outcome
 from .._rates import Limit
+from ..algorithms import Outcome
 
-__all__ = ["Backend", "Check"]
+__all__ = ["Backend", "Check", "Result"]
 
 
 class Check(NamedTuple):
-    """One limit to apply to one key, with the request's cost."""
+    """One limit to apply to one key, with the request's cost.
+
+    ``key`` is whose budget it is (an identity key, an IP key, ``"*"`` for everyone);
+    ``budget`` names the budget the limit counts in: a rule's or a route's, ``""`` for
+    direct use. Every budget of one key is reset together (`Backend.reset`).
+    """
 
     key: str
     limit: Limit
     cost: float = 1
+    budget: str = ""
+
+
+class Result(NamedTuple):
+    """A backend's answer: one `Outcome` per check, and the instant of the decision.
+
+    ``at`` is opaque to the caller: hand it back to `Backend.refund` to undo this call.
+    """
+
+    outcomes: list[Outcome]
+    at: Any
 
 
 @runtime_checkable
 class Backend(Protocol):
-    """Where limit state lives.
+    """Where limit state lives (see `MemoryBackend`, `RedisBackend`).
 
-    ``hit`` decides every check at one instant, atomically: when any check is denied, no
-    check consumes anything (all or nothing). It answers one `Outcome` per check, in order,
-    in one round trip to the storage. Backends raise `BackendError` for storage failures.
+    ``decide`` decides every check at one instant, atomically: when any check is denied, no
+    check consumes anything (all or nothing); ``consume=False`` consumes nothing either way.
+    A backend raises `BackendError` when its storage fails, and reports its own outages in
+    the log (one ERROR when one starts, one WARNING when it ends); the limiter then applies
+    its failure policy.
     """
 
-    async def hit(self, checks: Sequence[Check]) -> list[Outcome]: ...
+    def decide(
+        self, checks: Sequence[Check], consume: bool = True
+    ) -> Result | Awaitable[Result]: ...
+
+    def refund(self, checks: Sequence[Check], at: Any) -> Awaitable[None] | None:
+        """Give back the costs that ``decide(checks)`` consumed at ``at``."""
+        ...
+
+    async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
+        """``decide(checks)``'s outcomes, awaited: for direct use."""
+        ...
 
     async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
         """Answer as ``hit`` would, consuming nothing."""
         ...
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
-        """Forget ``key``'s state for ``limits`` (all limits when None)."""
+        """Forget ``key``'s state: every budget of it, or only the direct ``limits``."""
+        ...
+
+    def validate_limit(self, limit: Limit) -> Limit:
+        """``limit`` if this backend decides it exactly, else raise `ConfigurationError`."""
+        ...
+
+    @property
+    def healthy(self) -> bool:
+        """False while the storage is failing (the failure policy answers)."""
         ...
 
     async def aclose(self) -> None: ...

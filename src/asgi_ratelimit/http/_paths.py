@@ -1,13 +1,18 @@
-"""Path normalization: every spelling a server would route to one handler becomes one string.
+"""The paths a request could be routed on, each in its one normalized spelling.
 
-Rules match on the normalized path, so ``//auth//login``, ``/auth/./login``,
-``/x/../auth/login``, ``/AUTH/Login``, ``/auth/login/`` and ``/auth/login;x=1`` are all counted
-by the rule for ``/auth/login``. Normalizing is deliberately *more* eager than most routers:
-a spelling the app answers with 404 may be counted too, but no spelling the app serves can
-slip past its rule.
+Rules match on normalized paths, so ``//auth//login``, ``/auth/./login``, ``/x/../auth/login``,
+``/AUTH/Login``, ``/auth/login/`` and ``/auth/login;x=1`` are all counted by the rule for
+``/auth/login``. Normalizing is deliberately *more* eager than most routers: a spelling the
+app answers with 404 may be counted too, but no spelling the app serves can slip past its rule.
 
-    normalize_path("//AUTH/./x/../login/;jsessionid=1")   # "/auth/login"
-    route_path({"path": "/api/v1/items", "root_path": "/api"})   # "/v1/items"
+Frameworks also disagree on *which* path they route on: the decoded ``path`` minus
+``root_path`` (Starlette), the whole ``path`` (Falcon, Django with ``FORCE_SCRIPT_NAME``
+stripped), or ``raw_path`` split on ``/`` before each segment is decoded (Sanic, BlackSheep:
+``/files/a%2Fb`` is one segment there). A rule applies when it matches any of them: counting
+too much rather than too little.
+
+    normalize_path("//AUTH/./x/../login/;jsessionid=1")     # "/auth/login"
+    route_paths({"path": "/api/v1/items", "root_path": "/api"})   # ("/v1/items", "/api/v1/items")
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["normalize_path", "request_path", "route_path"]
+__all__ = ["MAX_PATH_LENGTH", "normalize_path", "route_paths"]
 
 #: Paths longer than this are cut before normalization: no router serves them anyway, and the
 #: work per request stays bounded whatever a client sends.
@@ -39,10 +44,6 @@ def normalize_path(path: str) -> str:
     """
     if len(path) <= MAX_PATH_LENGTH and _NORMAL_PATH.fullmatch(path):
         return path
-    return _normalize(path)
-
-
-def _normalize(path: str) -> str:
     if len(path) > MAX_PATH_LENGTH:
         path = path[:MAX_PATH_LENGTH]
     segments: list[str] = []
@@ -59,30 +60,52 @@ def _normalize(path: str) -> str:
     return "/" + "/".join(segments).lower()
 
 
-def route_path(scope: Mapping[str, Any]) -> str:
-    """The path the app routes on, as Starlette computes it: ``path`` minus ``root_path``.
+def route_paths(scope: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every normalized path the app might route ``scope`` on, the usual one first.
 
-    ``scope["path"]`` is already percent-decoded by the server (so ``%6C`` and ``%2F`` are
-    already ``l`` and ``/``: exactly what the router sees). Decoding it again would let
-    ``%256C`` reach the ``/auth/login`` rule while the app serves it as a different path,
-    so it is decoded once, and only when a server gave nothing but ``raw_path``.
+    The decoded ``path`` without and with ``root_path``, and ``raw_path`` split on ``/``
+    with each segment decoded on its own (a decoded ``/`` inside a segment is kept as
+    ``%2f``, so ``/files/{name}`` still matches ``/files/a%2Fb``). Usually one path.
     """
     path = scope.get("path")
     if not isinstance(path, str):
-        raw = scope.get("raw_path")
-        if isinstance(raw, (bytes, bytearray)):
-            path = unquote(bytes(raw).split(b"?", 1)[0].decode("latin-1"), errors="replace")
-        else:
-            path = "/"
-    root_path = scope.get("root_path") or ""
-    if isinstance(root_path, str) and root_path and path.startswith(root_path):
-        if path == root_path:
-            return "/"
-        if path[len(root_path)] == "/":
-            return path[len(root_path) :]
+        path = None
+    raw = scope.get("raw_path")
+    raw_text = None
+    if isinstance(raw, (bytes, bytearray)):
+        raw_text = _segment_decoded(bytes(raw).split(b"?", 1)[0].decode("latin-1"))
+        if path is None:
+            path = unquote(raw_text, errors="replace")
+    if path is None:
+        path = "/"
+    root = scope.get("root_path")
+    root = root if isinstance(root, str) and root not in ("", "/") else ""
+    spellings = [_without_root(path, root)] if root else [path]
+    if root:
+        under_root = path == root or path.startswith(root + "/")
+        spellings.append(path if under_root else root + path)
+    if raw_text is not None and raw_text != path:
+        spellings.append(_without_root(raw_text, root) if root else raw_text)
+    paths: list[str] = []
+    for spelling in spellings:
+        normalized = normalize_path(spelling)
+        if normalized not in paths:
+            paths.append(normalized)
+    return tuple(paths)
+
+
+def _without_root(path: str, root: str) -> str:
+    if path == root:
+        return "/"
+    if path.startswith(root) and path[len(root)] == "/":
+        return path[len(root) :]
     return path
 
 
-def request_path(scope: Mapping[str, Any]) -> str:
-    """The normalized route path of a request scope: what rules match on."""
-    return normalize_path(route_path(scope))
+def _segment_decoded(raw: str) -> str:
+    """``raw_path`` with each segment decoded alone: an encoded ``/`` stays ``%2f``."""
+    if "%" not in raw:
+        return raw
+    return "/".join(
+        unquote(segment, errors="replace").replace("/", "%2f") for segment in raw.split("/")
+    )

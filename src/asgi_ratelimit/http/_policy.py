@@ -1,99 +1,56 @@
-"""The HTTP request path of `RateLimiter`: lists, identity, rules and checks for one scope.
+"""The request policy: a scope -> its lists, identity, rules and checks -> the engine's decision.
 
-`RequestLimiting` is the half of `RateLimiter` that knows about ASGI scopes; the middleware,
-the FastAPI dependency and the Starlette decorator all go through it. It runs on every
-request, so everything that can be is decided once, at construction (which identity path,
-whether the lists are empty, each rule's key prefix and constant cost), and the common case (a
-direct peer, no lists, constant costs) awaits nothing but the backend.
+Every door that limits HTTP requests (the middleware; the dependency and the decorator for
+the lists and identity) goes through `RequestPolicy.check`, the one request path:
 
-    limiter = RateLimiter(rules=[Rule("/items/{id}", limits="100/minute")])
-    verdict = await limiter.check_request(scope)      # Verdict("checked", Decision(...))
-    identity = await limiter.identify(scope)          # Identity("ip:203.0.113.7", None, "ip")
+    outcome = policy.check(scope)          # a Decision, Access("blocked" | "bypass"), or an
+                                           # awaitable of one: nothing to await, nothing awaited
+
+Steps that may have to wait (an identity source with I/O, a cost callable, a remote backend)
+answer with an awaitable, and only then does the path continue in a coroutine; the usual
+request (client IP, constant costs, the memory backend) is decided without one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal, NamedTuple
+import inspect
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import Literal, NamedTuple
 
+from .._decision import Decision, PolicyCheck
+from .._engine import Engine
+from .._identity import Identity
+from .._rates import LimitsLike
+from ..backends._protocol import Check
 from ._access import AccessList
-from ..backends._protocol import Backend, Check
-from ..backends._memory import MemoryBackend
-from .._decision import Decision, HeaderStyle
-from .identity._base import Identity, IdentitySource, Scope
-from .._rates import Limit, LimitsLike
-from ._identity import RequestIdentity
-from ._routes import RouteCache
-from ._routes import route_of as _route
-from ._rules import FailurePolicy, Rule, TieredLimits
-from ._ruleset import RuleSet
+from ._identity import IdentityResolver
+from ._rules import Rule, TieredLimits, validate_cost
+from ._ruleset import Route, RuleSet
+from .identity._base import IdentitySource, Scope
 
-if TYPE_CHECKING:
-    from starlette.responses import Response
-
-__all__ = ["Access", "PolicyCheck", "RequestLimiting", "Verdict"]
-
-#: What the allow/deny lists made of a request: refused (403), let through uncounted, or
-#: checked against the rules.
-Access = Literal["blocked", "bypass", "checked"]
+__all__ = ["Access", "RequestPolicy"]
 
 
-class PolicyCheck(NamedTuple):
-    """A named check, as the rules produce them: one item of the RateLimit header."""
+class Access(NamedTuple):
+    """A request the lists decided: ``blocked`` (deny list: 403) or ``bypass`` (allow list)."""
 
-    name: str
-    check: Check
-    on_backend_error: FailurePolicy | None = None
-
-
-class Verdict(NamedTuple):
-    """What `RateLimiter.check_request` made of a request.
-
-    ``access`` is ``"blocked"`` (deny list: answer 403), ``"bypass"`` (allow list: pass it
-    through, uncounted, no headers) or ``"checked"`` (``decision`` says whether it may pass).
-    """
-
-    access: Access
-    decision: Decision
+    verdict: Literal["blocked", "bypass"]
+    identity: Identity | None = None
 
 
-class RequestLimiting(RequestIdentity):
-    """The request path `RateLimiter` inherits: identity, lists, rules, checks, responses.
+_BLOCKED = Access("blocked")
+_BYPASS = Access("bypass")
 
-        verdict = await limiter.check_request(scope)
-        if verdict.access == "checked" and not verdict.decision.allowed:
-            response = limiter.denied_response(verdict.decision)
+Checked = Decision | Access
 
-    `_setup_request_path` validates and compiles the configuration once; who the client is
-    comes from `RequestIdentity` (request_identity.py).
-    """
 
-    ruleset: RuleSet
-    rules: tuple[Rule, ...]
-    default_rule: Rule | None
-    default_tier: str
-    allow: AccessList
-    deny: AccessList
-    backend: Backend
-    header_style: HeaderStyle
-    _lists: bool
+class RequestPolicy:
+    """Allow and deny lists, identity sources and rules, validated and compiled once."""
 
-    if TYPE_CHECKING:
-
-        def _decide_sole(
-            self, sole: tuple[str, str, Limit, float], identity: Identity, consume: bool
-        ) -> Decision | None: ...
-
-        async def decide(
-            self,
-            checks: Sequence[PolicyCheck],
-            identity: Identity | None = None,
-            *,
-            consume: bool = True,
-        ) -> Decision: ...
-
-    def _setup_request_path(
+    def __init__(
         self,
+        engine: Engine,
+        *,
         identify: IdentitySource | Iterable[IdentitySource] | None,
         rules: Iterable[Rule],
         default_limits: LimitsLike | TieredLimits | None,
@@ -101,153 +58,140 @@ class RequestLimiting(RequestIdentity):
         allow: Iterable[str],
         deny: Iterable[str],
     ) -> None:
-        self._setup_identity(identify)
-        self.ruleset = RuleSet(rules, default_limits, default_tier)
+        self.engine = engine
+        self.identities = IdentityResolver(identify)
+        self.rules = RuleSet(rules, default_limits, default_tier)
         self.default_tier = default_tier
-        self.rules = self.ruleset.rules
-        self.default_rule = self.ruleset.default_rule
         self.allow = AccessList(allow, "allow")
         self.deny = AccessList(deny, "deny")
         # Empty lists cannot match: then no request needs its address as an object.
         self._lists = bool(self.allow or self.deny)
-        # The route and matching rules of a scope, memoized (request_routes.RouteCache).
-        self._route_rules = RouteCache(self.ruleset)
+        for rule in self.rules.all_rules:
+            for named in rule.tiers.values():
+                for _, limit in named:
+                    engine.backend.validate_limit(limit)
 
-    # -- the verdict -------------------------------------------------------------------------
+    def check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
+        """Deny list, allow list, identity, rules, then one atomic decision for every rule.
 
-    async def check_request(self, scope: Scope, *, consume: bool = True) -> Verdict:
-        """Deny list, allow list, identity, rules, then one atomic `decide` for every rule.
-
-        ``consume=False`` peeks: the same answer, nothing counted (``/rate_limit`` pages).
+        ``consume=False`` counts nothing: the same answer (``/rate_limit`` pages).
         """
         if self._lists:
-            address = self.client_address(scope)
+            address = self.identities.client_address(scope)
             if self.deny.has_address(address):
-                return Verdict("blocked", Decision.unlimited())
+                return _BLOCKED
             if self.allow.has_address(address) and not self.deny.keys:
-                return Verdict("bypass", Decision.unlimited())  # no identity needed: skip it
-            identity = await self.identify(scope)
-            if self.deny.has_identity(identity.key):
-                return Verdict("blocked", Decision.unlimited(identity))
-            if self.allow.has_address(address) or self.allow.has_identity(identity.key):
-                return Verdict("bypass", Decision.unlimited(identity))
-        elif self._ip_only:
-            identity = self._ip_identity(scope)  # what identify answers, without a coroutine
-        else:
-            identity = await self.identify(scope)
-        route, rules = self._route_rules(scope)
-        if len(rules) == 1 and rules[0].sole is not None:
-            decision = self._decide_sole(rules[0].sole, identity, consume)
-            if decision is not None:
-                return Verdict("checked", decision)
-        checks = self._checks_now(scope, identity, route)
-        if checks is None:  # a rule's cost is a callable, maybe async
-            checks = await self.request_checks(scope, identity)
-        return Verdict("checked", await self.decide(checks, identity, consume=consume))
+                return _BYPASS  # no identity needed: skip it
+        identity = self.identities.identify(scope)
+        if not isinstance(identity, Identity):
+            return self._check_later(scope, identity, consume)
+        return self._check_identified(scope, identity, consume)
 
-    def verdict_now(self, scope: Scope) -> Verdict | None:
-        """`check_request(scope)` when it needs no await (the usual request), else None.
+    async def _check_later(
+        self, scope: Scope, pending: Awaitable[Identity], consume: bool
+    ) -> Checked:
+        result = self._check_identified(scope, await pending, consume)
+        return await result if inspect.isawaitable(result) else result
 
-        Empty lists, the client IP as identity, one matching rule with one limit at a constant
-        cost, and the in-memory backend: the middleware then skips a coroutine per request.
-        None means: await ``check_request(scope)``, which answers the same for this request.
-        """
-        decision = self.decision_now(scope)
-        return None if decision is None else Verdict("checked", decision)
-
-    def decision_now(self, scope: Scope) -> Decision | None:
-        """`verdict_now(scope)`'s decision (its access is always "checked"), or None.
-
-        What the middleware calls on every request: no `Verdict` to build and unpack.
-        """
-        if self._lists or not self._ip_only or self.backend.__class__ is not MemoryBackend:
+    def access(self, scope: Scope, identity: Identity) -> Access | None:
+        """What the lists make of an identified request: None when its limits apply."""
+        if not self._lists:
             return None
-        rules = self._route_rules(scope)[1]
-        if len(rules) != 1:
-            return None
-        sole = rules[0].sole
-        if sole is None:
-            return None
-        # _ip_identity's cache hit, inlined (a returning client); it decides everything else.
-        client = scope.get("client")
-        identity = None
-        if self._ip_cacheable and client.__class__ is tuple and client:
-            host = client[0]
-            if host.__class__ is str:
-                identity = self._ip_identities.get(host)
-        if identity is None:
-            identity = self._ip_identity(scope)
-        return self._decide_sole(sole, identity, True)
+        address = self.identities.client_address(scope)
+        if self.deny.has_address(address) or self.deny.has_identity(identity.key):
+            return Access("blocked", identity)
+        if self.allow.has_address(address) or self.allow.has_identity(identity.key):
+            return Access("bypass", identity)
+        return None
 
-    def matching_rules(self, method: str, path: str) -> list[Rule]:
-        """The rules for ``method`` on a normalized ``path``, in order; else the default."""
-        return self.ruleset.matching(method, path)
+    def _check_identified(
+        self, scope: Scope, identity: Identity, consume: bool
+    ) -> Checked | Awaitable[Checked]:
+        access = self.access(scope, identity)
+        if access is not None:
+            return access
+        route = self.rules.route(scope)
+        costs = self._costs(scope, route.rules)
+        if costs is None:  # every cost is a number: the usual request
+            return self.engine.decide(self.checks(scope, identity, route), identity, consume)
+        return self._decide_later(scope, identity, route, costs, consume)
 
-    async def request_checks(self, scope: Scope, identity: Identity) -> list[PolicyCheck]:
-        """One `PolicyCheck` per limit of every rule matching the request."""
-        checks = self._checks_now(scope, identity)
-        if checks is not None:
-            return checks
-        # A cost callable to call (and maybe await) for some rule: the general path.
-        method, path = _route(scope)
-        rules = self.ruleset.match(method, path)
+    async def _decide_later(
+        self,
+        scope: Scope,
+        identity: Identity,
+        route: Route,
+        costs: list[float | Awaitable[float]],
+        consume: bool,
+    ) -> Decision:
+        checked = []
+        for rule, cost in zip(route.rules, costs, strict=True):
+            if inspect.isawaitable(cost):
+                try:
+                    cost = await cost
+                except Exception as exc:
+                    cost = self._cost_failed(rule, exc)
+            checked.append(self._valid_cost(rule, cost))
+        decision = self.engine.decide(
+            self.checks(scope, identity, route, checked), identity, consume
+        )
+        return await decision if inspect.isawaitable(decision) else decision
+
+    def checks(
+        self,
+        scope: Scope,
+        identity: Identity,
+        route: Route,
+        costs: Sequence[float] | None = None,
+    ) -> list[PolicyCheck]:
+        """One `PolicyCheck` per limit of every rule of ``route`` (at ``costs``, per rule)."""
+        checks: list[PolicyCheck] = []
         ip_key = ""
-        checks = []
-        for rule in rules:
+        for index, rule in enumerate(route.rules):
             named = rule.limits_for(identity.tier, self.default_tier)
             if not named:
                 continue  # a tier mapped to None is unlimited on this rule
-            cost = rule.static_cost
-            if cost is None:
-                cost = await self._rule_cost(rule, scope)
-            if rule.key == "ip" and not ip_key:
-                ip_key = self._ip_key(scope)
-            key = rule.budget_key(identity.key, ip_key, path)
+            cost = rule.static_cost if costs is None else costs[index]
+            key = rule.key
+            if key == "ip":
+                ip_key = ip_key or self.identities.ip_key(scope)
+                subject = ip_key
+            elif key == "global":
+                subject = "*"
+            else:
+                subject = identity.key
+            budget = rule.budget if key != "path" else rule.budget_of(route.path)
             on_error = rule.on_backend_error
             for name, limit in named:
-                checks.append(PolicyCheck(name, Check(key, limit, cost), on_error))
+                checks.append(PolicyCheck(name, Check(subject, limit, cost, budget), on_error))  # type: ignore[arg-type]
         return checks
 
-    def _checks_now(
-        self, scope: Scope, identity: Identity, route: tuple[str, str] | None = None
-    ) -> list[PolicyCheck] | None:
-        """`request_checks` without an await, or None when a matching rule's cost is a callable.
-
-        The usual case, on every request: constant costs, so nothing to await. ``route`` is
-        ``_route(scope)`` when the caller has it already.
-        """
-        method, path = _route(scope) if route is None else route
-        checks: list[PolicyCheck] = []
-        ip_key = ""
-        for rule in self.ruleset.match(method, path):
-            named = rule.limits_for(identity.tier, self.default_tier)
-            if not named:
+    def _costs(
+        self, scope: Scope, rules: tuple[Rule, ...]
+    ) -> list[float | Awaitable[float]] | None:
+        """The costs of rules with a cost callable (None when every cost is a number)."""
+        if all(rule.static_cost is not None for rule in rules):
+            return None
+        costs: list[float | Awaitable[float]] = []
+        for rule in rules:
+            if rule.static_cost is not None:
+                costs.append(rule.static_cost)
                 continue
-            cost = rule.static_cost
-            if cost is None:
-                return None
-            if rule.key == "ip" and not ip_key:
-                ip_key = self._ip_key(scope)
-            key = rule.budget_key(identity.key, ip_key, path)
-            on_error = rule.on_backend_error
-            for name, limit in named:
-                checks.append(PolicyCheck(name, Check(key, limit, cost), on_error))
-        return checks
+            try:
+                costs.append(rule.cost(scope))  # type: ignore[operator]
+            except Exception as exc:
+                costs.append(self._cost_failed(rule, exc))
+        return costs
 
-    async def _rule_cost(self, rule: Rule, scope: Scope) -> float:
+    def _valid_cost(self, rule: Rule, cost: object) -> float:
         try:
-            return await rule.cost_for(scope)
+            return validate_cost(cost, f"rule {rule.name!r}: cost callable returned: ")
         except Exception as exc:
-            # Counting the request as 1 keeps the limit in force without failing the request.
-            self._warn_once(f"cost:{rule.name}", "cost of rule %r failed; counting 1", rule, exc)
-            return 1
+            return self._cost_failed(rule, exc)
 
-    def describe_rules(self, method: str, path: str) -> list[str]:
-        """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``."""
-        return self.ruleset.describe(method, path)
-
-    def denied_response(self, decision: Decision, scope: Scope | None = None) -> Response:
-        """The 429 as a Starlette ``Response``: problem+json, ``Retry-After`` and headers."""
-        from ._responses import starlette_denied_response
-
-        return starlette_denied_response(decision, self.header_style)
+    def _cost_failed(self, rule: Rule, exc: Exception) -> float:
+        # Counting the request as 1 keeps the limit in force without failing the request.
+        self.identities.log.error(
+            f"cost:{rule.name}", "cost of rule %r failed (%r); counting 1", rule, exc
+        )
+        return 1

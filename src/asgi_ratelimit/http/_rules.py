@@ -8,29 +8,18 @@ validated and compiled once, at construction.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Literal, get_args
 
+from .._decision import FailurePolicy
+from .._engine import validate_failure_policy
 from .._errors import ConfigurationError
-from .identity._base import Scope
 from .._rates import Limit, LimitsLike, parse_limits
+from .identity._base import Scope
 
-__all__ = [
-    "FAILURE_POLICIES",
-    "CostLike",
-    "FailurePolicy",
-    "Rule",
-    "RuleKey",
-    "TieredLimits",
-    "validate_cost",
-    "validate_failure_policy",
-]
-
-FailurePolicy = Literal["allow", "deny", "fallback"]
-FAILURE_POLICIES: tuple[str, ...] = get_args(FailurePolicy)
+__all__ = ["CostLike", "Rule", "RuleKey", "TieredLimits", "validate_cost"]
 
 RuleKey = Literal["identity", "ip", "global", "path"]
 RULE_KEYS: tuple[str, ...] = get_args(RuleKey)
@@ -69,15 +58,14 @@ class Rule:
     """
 
     __slots__ = (
-        "_key_prefix",
         "_pattern",
+        "budget",
         "cost",
         "key",
         "methods",
         "name",
         "on_backend_error",
         "path",
-        "sole",
         "static_cost",
         "stop",
         "tiers",
@@ -94,9 +82,8 @@ class Rule:
     on_backend_error: FailurePolicy | None
     #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
     tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
-    #: (key prefix, policy name, limit, cost) when the rule's checks are always that one limit
-    #: on the identity's key at a constant cost (the usual rule), else None: see request.py.
-    sole: tuple[str, str, Limit, float] | None
+    #: the name of the rule's budget in storage (its counts, apart from other rules')
+    budget: str
 
     def __init__(
         self,
@@ -122,7 +109,7 @@ class Rule:
         self.key = key
         self.static_cost = None if callable(cost) else validate_cost(cost, f"rule {self.name!r}: ")
         self.cost = cost if self.static_cost is None else self.static_cost
-        self._key_prefix = f"rule:{self.name}|"
+        self.budget = f"rule:{self.name}"
         if not isinstance(stop, bool):
             raise ConfigurationError(f"rule {self.name!r}: stop={stop!r} must be True or False")
         self.stop = stop
@@ -132,10 +119,6 @@ class Rule:
             else validate_failure_policy(on_backend_error, f"rule {self.name!r}: on_backend_error")
         )
         self.tiers = self._parse_tiers(limits)
-        untiered = self.tiers.get(None)
-        self.sole = None
-        if key == "identity" and self.static_cost is not None and untiered and len(untiered) == 1:
-            self.sole = (self._key_prefix, untiered[0][0], untiered[0][1], self.static_cost)
 
     def _parse_tiers(
         self, limits: LimitsLike | TieredLimits
@@ -184,27 +167,13 @@ class Rule:
         found = self.tiers.get(tier) if tier is not None else None
         return found if found is not None else self.tiers.get(default_tier, ())
 
-    def budget_key(self, identity_key: str, ip_key: str, path: str) -> str:
-        """The storage key of this rule's budget for one request."""
-        key = self.key
-        if key == "identity":
-            return self._key_prefix + identity_key
-        if key == "global":
-            return self._key_prefix + "*"
-        if key == "ip":
-            return self._key_prefix + ip_key
-        if len(path) > _MAX_KEY_PATH:
+    def budget_of(self, path: str) -> str:
+        """The budget a request on ``path`` counts in (per path for ``key="path"``)."""
+        if self.key != "path":
+            return self.budget
+        if len(path) > _MAX_KEY_PATH:  # a client cannot grow storage keys at will
             path = "#" + hashlib.sha256(path.encode("utf-8", "replace")).hexdigest()[:32]
-        return f"{self._key_prefix}{identity_key}|{path}"
-
-    async def cost_for(self, scope: Scope) -> float:
-        """The request's cost: the static number, or what the cost callable answers."""
-        if not callable(self.cost):
-            return self.cost
-        value = self.cost(scope)
-        if inspect.isawaitable(value):
-            value = await value
-        return validate_cost(value, f"rule {self.name!r}: cost callable returned: ")
+        return f"{self.budget}|{path}"
 
     def __repr__(self) -> str:
         return f"Rule({self.path!r}, name={self.name!r}, key={self.key!r})"
@@ -307,11 +276,3 @@ def validate_cost(cost: object, context: str = "") -> float:
     if not math.isfinite(cost) or cost < 0:
         raise ConfigurationError(f"{context}cost={cost!r}: must be a finite number >= 0 (e.g. 1)")
     return cost
-
-
-def validate_failure_policy(value: object, what: str) -> FailurePolicy:
-    if value not in FAILURE_POLICIES:
-        raise ConfigurationError(
-            f"{what}={value!r}: unknown failure policy (use 'allow', 'deny' or 'fallback')"
-        )
-    return value  # type: ignore[return-value]

@@ -1,32 +1,45 @@
-"""`RuleSet`: a limiter's rules and default limits, validated together and compiled once.
+"""`RuleSet`: a limiter's rules and default limits, compiled once, and the route of a request.
 
-rules = RuleSet([Rule("/auth/login", methods=["POST"], limits="5/minute")],
-                default_limits="1000/hour", default_tier="free")
-rules.matching("POST", "/auth/login")      # [Rule('/auth/login', ...)]
-rules.describe("GET", "/anything")         # ["default: 1000/hour"]
+    rules = RuleSet([Rule("/auth/login", methods=["POST"], limits="5/minute")],
+                    default_limits="1000/hour", default_tier="free")
+    route = rules.route(scope)      # Route("POST", "/auth/login", (Rule('/auth/login'),))
+    rules.describe("GET", "/anything")          # ["default: 1000/hour"]
+
+A request's route is found once per distinct (method, path, root_path, raw_path) and then by
+one dict lookup: clients keep asking for the same few paths. The cache is the rule set's own
+and bounded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 from .._errors import ConfigurationError
-from ._paths import normalize_path
 from .._rates import LimitsLike
+from ._paths import normalize_path, route_paths
 from ._rules import Rule, TieredLimits
 
-__all__ = ["RuleSet"]
+__all__ = ["Route", "RuleSet"]
 
-#: Distinct (method, path) pairs whose rules are remembered, and the longest path remembered:
-#: at most a few hundred kilobytes whatever the clients send.
+#: Distinct request shapes whose route is remembered, and the longest path remembered: at
+#: most a few hundred kilobytes whatever the clients send.
 _CACHE_SIZE = 1024
 _MAX_CACHED_PATH = 256
+
+
+class Route(NamedTuple):
+    """What the rules make of a request: its method, the path it is counted on, its rules."""
+
+    method: str
+    path: str
+    rules: tuple[Rule, ...]
 
 
 class RuleSet:
     """Rules in order; ``default_limits`` (a rule named ``"default"``) when none matches."""
 
-    __slots__ = ("_cache", "default_rule", "default_tier", "rules")
+    __slots__ = ("_routes", "default_rule", "default_tier", "rules")
 
     def __init__(
         self,
@@ -39,9 +52,7 @@ class RuleSet:
                 f"default_tier={default_tier!r}: must be a non-empty tier name such as 'free'"
             )
         self.default_tier = default_tier
-        # (method, normalized path) -> matching rules: a request's rules are found once per
-        # distinct path, then by one dict lookup. Bounded (see `match`).
-        self._cache: dict[tuple[str, str], tuple[Rule, ...]] = {}
+        self._routes: dict[tuple[Any, ...], Route] = {}
         parsed: list[Rule] = []
         for rule in [rules] if isinstance(rules, Rule) else rules:
             if not isinstance(rule, Rule):
@@ -77,30 +88,41 @@ class RuleSet:
         default = () if self.default_rule is None else (self.default_rule,)
         return self.rules + default
 
-    def matching(self, method: str, path: str) -> list[Rule]:
-        """The rules for ``method`` on a normalized ``path``, in order; else the default."""
-        return list(self.match(method, path))
-
-    def match(self, method: str, path: str) -> tuple[Rule, ...]:
-        """`matching`, memoized: what the request path calls on every request."""
-        key = (method, path)
-        found = self._cache.get(key)
+    def route(self, scope: Mapping[str, Any]) -> Route:
+        """The method, counted path and matching rules of a request scope (memoized)."""
+        method = scope.get("method", "GET") if scope.get("type") == "http" else "GET"
+        path = scope.get("path")
+        root = scope.get("root_path")
+        raw = scope.get("raw_path")
+        key = (method, path, root, raw)
+        try:
+            found = self._routes.get(key)
+        except TypeError:  # an unhashable field a server put in the scope: no caching
+            found, path = None, None
         if found is not None:
             return found
-        found = self._match(method, path)
-        if len(path) <= _MAX_CACHED_PATH:
-            cache = self._cache
-            if len(cache) >= _CACHE_SIZE:
+        if method.__class__ is not str or not method.isupper():
+            method = str(method).upper()
+        # A websocket handshake is a GET; HEAD shares GET's budget (Rule.matches).
+        paths = route_paths(scope)
+        found = Route(method, paths[0], self._match(method, paths))
+        if isinstance(path, str) and len(path) <= _MAX_CACHED_PATH:
+            if len(self._routes) >= _CACHE_SIZE:
                 # Clients choose paths (/items/1, /items/2, ...): start over rather than grow.
-                # Refilling costs one regular match per path, which is all a miss costs.
-                cache.clear()
-            cache[key] = found
+                # Refilling costs one match per path, which is all a miss costs.
+                self._routes.clear()
+            self._routes[key] = found
         return found
 
-    def _match(self, method: str, path: str) -> tuple[Rule, ...]:
+    def match(self, method: str, path: str) -> tuple[Rule, ...]:
+        """The rules for ``method`` (upper case) on a normalized ``path``; else the default."""
+        return self._match(method, (path,))
+
+    def _match(self, method: str, paths: tuple[str, ...]) -> tuple[Rule, ...]:
+        # A rule applies when it matches any path the app might route on.
         matched: list[Rule] = []
         for rule in self.rules:
-            if rule.matches(method, path):
+            if any(rule.matches(method, path) for path in paths):
                 matched.append(rule)
                 if rule.stop:
                     break
@@ -111,7 +133,7 @@ class RuleSet:
     def describe(self, method: str, path: str) -> list[str]:
         """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``."""
         described = []
-        for rule in self.matching(method.upper(), normalize_path(path)):
+        for rule in self.match(method.upper(), normalize_path(path)):
             tiers = [
                 (tier, ", ".join(limit.text for _, limit in named) or "unlimited")
                 for tier, named in rule.tiers.items()

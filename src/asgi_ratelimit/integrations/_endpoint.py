@@ -1,70 +1,60 @@
 """`EndpointLimit`: limits attached to one route, shared by the FastAPI dependency
-(`dependencies.py`) and the Starlette decorator (`decorators.py`).
+(`_fastapi.py`) and the decorator (`_starlette.py`).
 
-The same identities, backend, failure policy, allow/deny lists and header style as the
-limiter, and a budget per (route, identity) unless a ``name`` shares it.
+The same identities, backend, failure policy, allow and deny lists and header style as the
+limiter, and a budget per (route, identity) unless a ``name`` shares it. A request refused
+here gives back what the doors before it (the middleware's rules, other route limits) took:
+a refused request costs nothing anywhere.
 
     spec = EndpointLimit(limiter, "10/minute", key="ip")
-    verdict = await spec.check(request)        # counts; .decision, .combined, .access
-    denial = spec.respond(verdict, request)    # the 403/429 Response, or None
+    checked = await spec.check(request)        # Decision (this route's), or Access
+    denial = spec.refusal(checked)             # the 403/429/413 Response, or None
+    spec.add_headers(response, request)        # the route's headers, on an admitted response
 """
 
 from __future__ import annotations
 
 import inspect
-import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..backends._protocol import Check
-from .._decision import Decision, PolicyStatus
+from .._decision import Decision, FailurePolicy, PolicyCheck, PolicyStatus
+from .._engine import validate_failure_policy
 from .._errors import ConfigurationError
-from ..http._headers import decision_headers
-from ..http.identity._base import Identity
-from .._limiter import Access, PolicyCheck
-from ..http._paths import route_path
+from .._headers import HeaderRenderer
+from .._identity import Identity
+from .._log_once import LogOnce
 from .._rates import LimitsLike, parse_limits
-from ..http._responses import PROBLEM_JSON as _PROBLEM_JSON
-from ..http._responses import forbidden_parts
-from ..http._rules import FailurePolicy, validate_cost, validate_failure_policy
+from ..backends._protocol import Check
+from ..http._ledger import decided, refund_all, remember
+from ..http._policy import Access
+from ..http._responses import PROBLEM_JSON, Denial, Responses, forbidden
+from ..http._rules import validate_cost
 
 if TYPE_CHECKING:
     from .._limiter import RateLimiter
 
-__all__ = ["CostLike", "EndpointKey", "EndpointLimit", "EndpointVerdict"]
+__all__ = ["CostLike", "EndpointKey", "EndpointLimit"]
 
 EndpointKey = Literal["identity", "ip", "global"]
-ENDPOINT_KEYS: tuple[str, ...] = ("identity", "ip", "global")
+ENDPOINT_KEYS: tuple[str, ...] = get_args(EndpointKey)
 
 #: A fixed cost, or a function of the request (sync or async) that returns one.
 CostLike = float | Callable[[Request], "float | Awaitable[float]"]
 
-logger = logging.getLogger("asgi_ratelimit")
-PROBLEM_JSON = _PROBLEM_JSON.decode()
-
-
-class EndpointVerdict(NamedTuple):
-    """What `EndpointLimit.check` made of a request.
-
-    ``access`` as for the middleware (``"blocked"``, ``"bypass"``, ``"checked"``);
-    ``decision`` is this endpoint's policies alone, ``combined`` every policy so far on the
-    request (the middleware's rules included).
-    """
-
-    access: Access
-    decision: Decision
-    combined: Decision
+#: The policies the route-level limits decided on one request (for their headers).
+_ROUTE_POLICIES = "asgi_ratelimit.route_policies"
 
 
 class EndpointLimit:
-    """Limits attached to one endpoint (a FastAPI dependency or a decorated Starlette endpoint).
+    """Limits attached to one endpoint (a FastAPI dependency or a decorated endpoint).
 
         spec = EndpointLimit(limiter, "10/minute", cost=1, key="identity")
-        decision = await spec.decide(request)                  # counts
-        decision = await spec.decide(request, consume=False)   # peeks
+        checked = await spec.check(request)                 # counts
+        checked = await spec.check(request, consume=False)  # peeks
 
     The budget is per (route, identity): the same spec on two routes counts them apart. A
     ``name`` names the policy in the headers and shares one budget between every route that
@@ -83,14 +73,11 @@ class EndpointLimit:
         on_backend_error: FailurePolicy | None = None,
     ) -> None:
         self.limiter = limiter
-        self.limits = limiter.supported_limits(parse_limits(limits))
+        self.limits = tuple(limiter.backend.validate_limit(lim) for lim in parse_limits(limits))
         if key not in ENDPOINT_KEYS:
             raise ConfigurationError(f"key={key!r}: unknown key (use 'identity', 'ip' or 'global')")
         self.key: EndpointKey = key
-        if not callable(cost):
-            cost = validate_cost(cost, "limit: ")
-        self.cost = cost
-        self._cost_failed = False
+        self.cost: CostLike = cost if callable(cost) else validate_cost(cost, "limit: ")
         if name is not None and (
             not isinstance(name, str) or not name or not all(" " <= c <= "~" for c in name)
         ):
@@ -104,6 +91,11 @@ class EndpointLimit:
             if on_backend_error is None
             else validate_failure_policy(on_backend_error, "on_backend_error")
         )
+        self._responses = Responses(limiter.renderer)
+        style = limiter.header_style
+        self._legacy = HeaderRenderer("legacy") if style in ("both", "legacy") else None
+        self._ietf = HeaderRenderer("ietf") if style in ("both", "ietf") else None
+        self._log = LogOnce()
 
     def __repr__(self) -> str:
         texts = ", ".join(limit.text for limit in self.limits)
@@ -113,84 +105,104 @@ class EndpointLimit:
         """The policy's name in the headers: ``name``, else the route's path template."""
         return self.name or route_name
 
-    async def check(self, request: Request, *, consume: bool = True) -> EndpointVerdict:
-        """Allow/deny lists, then count (or with ``consume=False`` peek at) this request."""
-        earlier = getattr(request.state, "rate_limit", None)
-        identity = await request_identity(self.limiter, request, earlier)
-        access = _access(self.limiter, request, identity)
-        if access != "checked":
-            return EndpointVerdict(access, Decision.unlimited(identity), Decision.unlimited())
+    async def check(self, request: Request, *, consume: bool = True) -> Decision | Access:
+        """The lists, then this route's limits (all or nothing with the doors before it)."""
+        scope = request.scope
+        earlier = decided(scope)
+        identity = earlier.identity if earlier is not None else None
+        if identity is None:
+            identity = await self.limiter.identify(scope)
+        access = self.limiter.policy.access(scope, identity)
+        if access is not None:
+            return access
         checks = await self.checks(request, identity)
-        own = await self.limiter.decide(checks, identity, consume=consume)
-        return EndpointVerdict("checked", own, _merged(earlier, own, identity))
-
-    async def decide(self, request: Request, *, consume: bool = True) -> Decision:
-        """This endpoint's decision alone (the policies of ``limits``)."""
-        return (await self.check(request, consume=consume)).decision
+        own = self.limiter.engine.decide(checks, identity, consume)
+        if not isinstance(own, Decision):
+            own = await own
+        if not consume:
+            return own
+        if not own.allowed:
+            await refund_all(scope)  # refused here: what the doors before took goes back
+            return own
+        before = earlier.policies if earlier is not None else ()
+        remember(scope, Decision.of((*before, *own.policies), identity), own)
+        state = scope["state"]
+        state.setdefault(_ROUTE_POLICIES, []).extend(own.policies)
+        return own
 
     async def checks(self, request: Request, identity: Identity) -> list[PolicyCheck]:
-        """One `PolicyCheck` per limit, keyed by (route or ``name``, identity/IP/everyone)."""
+        """One `PolicyCheck` per limit, in the budget of the route (or of ``name``)."""
         route_id, route_name = _route_of(request)
         cost = await self._cost(request)
-        subject = await self._subject(request, identity)
-        return self._checks(route_id, route_name, subject, cost)
+        return self._checks(request.scope, identity, route_id, route_name, cost)
 
-    def quota_checks(self, identity: Identity, ip_key: str) -> list[PolicyCheck]:
-        """Cost-0 checks to read a *named* limit's quota for a caller (``/rate_limit`` pages)."""
+    async def usage(self, scope: MutableMapping[str, Any]) -> tuple[PolicyStatus, ...]:
+        """This limit's policies as they stand for the caller of ``scope``, consuming
+        nothing: a ``/rate_limit`` page, outside the route. Needs a ``name`` (the budget
+        of an unnamed limit belongs to its route)."""
         if self.name is None:
             raise ConfigurationError(
                 f"{self!r}: give it a name= to read its quota outside its route"
             )
-        subject = {"global": "*", "ip": ip_key}.get(self.key, identity.key)
-        return self._checks(self.name, self.name, subject, 0)
+        identity = await self.limiter.identify(scope)
+        checks = self._checks(scope, identity, self.name, self.name, 0)
+        decision = self.limiter.engine.decide(checks, identity, consume=False)
+        if not isinstance(decision, Decision):
+            decision = await decision
+        return decision.policies
 
     def _checks(
-        self, route_id: str, route_name: str, subject: str, cost: float
+        self,
+        scope: MutableMapping[str, Any],
+        identity: Identity,
+        route_id: str,
+        route_name: str,
+        cost: float,
     ) -> list[PolicyCheck]:
+        if self.key == "global":
+            subject = "*"
+        elif self.key == "ip":
+            subject = self.limiter.policy.identities.ip_key(scope)
+        else:
+            subject = identity.key
         policy = self.policy_name(route_name)
-        # One budget per (route, identity); a name shares the budget between routes.
-        budget = f"endpoint:{self.name}" if self.name else f"endpoint:{route_id}"
+        budget = f"route:{self.name or route_id}"
         many = len(self.limits) > 1
         return [
             PolicyCheck(
                 f"{policy} {limit.text}" if many else policy,
-                Check(f"{budget}|{subject}", limit, cost),
+                Check(subject, limit, cost, budget),
                 self.on_backend_error,
             )
             for limit in self.limits
         ]
 
-    def respond(self, verdict: EndpointVerdict, request: Request) -> Response | None:
-        """Record the decision on ``request.state``; the 403/429 to answer with, or None."""
-        if verdict.access == "bypass":
+    def refusal(self, checked: Decision | Access) -> Response | None:
+        """The response refusing the request (403, 429 or 413), or None to let it pass."""
+        if isinstance(checked, Access):
+            return _response(forbidden()) if checked.verdict == "blocked" else None
+        if checked.allowed:
             return None
-        if verdict.access == "blocked":
-            status, headers, body = forbidden_parts()
-            return Response(
-                body, status_code=status, headers=_text_headers(headers), media_type=PROBLEM_JSON
-            )
-        request.state.rate_limit = verdict.combined
-        _route_policies(request).extend(verdict.decision.policies)
-        if verdict.decision.allowed:
-            return None
-        return self.limiter.denied_response(verdict.decision, request.scope)
+        return _response(self._responses.refusal(checked))
 
     def add_headers(self, response: Response, request: Request) -> None:
-        """Set the headers of every route-level policy so far on ``response``."""
-        policies = tuple(_route_policies(request))
+        """Set the headers of every route-level policy so far on ``response``.
+
+        ``X-RateLimit-*`` speak for the binding policy of *all* that applied (the middleware
+        leaves them alone when set); the ``RateLimit`` lists carry the route's own items, and
+        the middleware appends its own.
+        """
+        state = request.scope.get("state") or {}
+        policies = tuple(state.get(_ROUTE_POLICIES, ()))
         if not policies:
             return
-        style = self.limiter.header_style
-        combined = request.state.rate_limit
-        # X-RateLimit-* speak for the binding policy of *all* that applied (the middleware
-        # leaves them alone when set); the RateLimit lists carry the route's own items, the
-        # middleware appends its own.
-        if style in ("both", "legacy"):
-            for name, value in decision_headers(combined, "legacy"):
-                response.headers[name] = value
-        if style in ("both", "ietf"):
-            for name, value in decision_headers(Decision.from_policies(policies), "ietf"):
-                response.headers[name] = value
+        combined = decided(request.scope)
+        if self._legacy is not None and combined is not None:
+            for name, value in self._legacy.render(combined):
+                response.headers[name.decode()] = value.decode("latin-1")
+        if self._ietf is not None:
+            for name, value in self._ietf.render(Decision.of(policies)):
+                response.headers[name.decode()] = value.decode("latin-1")
 
     async def _cost(self, request: Request) -> float:
         if not callable(self.cost):
@@ -202,18 +214,17 @@ class EndpointLimit:
             return validate_cost(value, "limit: cost callable returned: ")
         except Exception as exc:
             # As for rules: counting 1 keeps the limit in force without failing the request.
-            if not self._cost_failed:
-                self._cost_failed = True
-                logger.error("cost of %r failed (%s: %s); counting 1, logged once",
-                             self, type(exc).__name__, exc)  # fmt: skip
+            self._log.error("cost", "cost of %r failed (%r); counting 1", self, exc)
             return 1
 
-    async def _subject(self, request: Request, identity: Identity) -> str:
-        if self.key == "global":
-            return "*"
-        if self.key == "ip":
-            return await self.limiter.client_ip_key(request.scope)
-        return identity.key
+
+def _response(denial: Denial) -> Response:
+    """A refusal as a Starlette ``Response``."""
+    response = Response(denial.body, status_code=denial.status, media_type=PROBLEM_JSON.decode())
+    for name, value in denial.headers:
+        if name not in (b"content-type", b"content-length"):
+            response.headers.append(name.decode("latin-1"), value.decode("latin-1"))
+    return response
 
 
 def _route_of(request: Request) -> tuple[str, str]:
@@ -227,9 +238,15 @@ def _route_of(request: Request) -> tuple[str, str]:
         endpoint = scope.get("endpoint")
         name = getattr(endpoint, "__qualname__", None) or "endpoint"
         return f"* {getattr(endpoint, '__module__', '')}.{name}", name
-    template = _include_prefix(route, route_path(scope)) + template
+    template = _include_prefix(route, _routed_path(scope)) + template
     methods = getattr(route, "methods", None) or ()
     return f"{','.join(sorted(methods))} {template}", template
+
+
+def _routed_path(scope: Mapping[str, Any]) -> str:
+    # What Starlette routes on: the path without the root path.
+    path, root = scope.get("path") or "/", scope.get("root_path") or ""
+    return path[len(root) :] or "/" if root and path.startswith(root) else path
 
 
 def _include_prefix(route: object, path: str) -> str:
@@ -247,46 +264,3 @@ def _include_prefix(route: object, path: str) -> str:
         if regex.match("/" + "/".join(segments[cut:])):
             return "/".join(segments[:cut])
     return ""
-
-
-async def request_identity(
-    limiter: RateLimiter, request: Request, earlier: object = None
-) -> Identity:
-    """The request's identity, reusing the middleware's when it already ran."""
-    identity = getattr(earlier, "identity", None)
-    if isinstance(identity, Identity):
-        return identity
-    return await limiter.identify(request.scope)
-
-
-def _access(limiter: RateLimiter, request: Request, identity: Identity) -> Access:
-    # The same lists as the middleware, so a route-level limit never counts an allow-listed
-    # client and never serves a deny-listed one, with or without the middleware in front.
-    if not (limiter.allow or limiter.deny):
-        return "checked"
-    address = limiter.client_address(request.scope)
-    if limiter.deny.has_address(address) or limiter.deny.has_identity(identity.key):
-        return "blocked"
-    if limiter.allow.has_address(address) or limiter.allow.has_identity(identity.key):
-        return "bypass"
-    return "checked"
-
-
-def _merged(earlier: object, own: Decision, identity: Identity) -> Decision:
-    """``own`` joined with what was decided before (the middleware, other route limits)."""
-    before = earlier.policies if isinstance(earlier, Decision) else ()
-    return Decision.from_policies((*before, *own.policies), identity)
-
-
-def _route_policies(request: Request) -> list[PolicyStatus]:
-    # The policies route-level limits decided on this request, to set their headers.
-    policies: list[PolicyStatus] | None = getattr(request.state, "rate_limit_route", None)
-    if policies is None:
-        policies = []
-        request.state.rate_limit_route = policies
-    return policies
-
-
-def _text_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
-    skip = (b"content-length", b"content-type")
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in raw if k.lower() not in skip}

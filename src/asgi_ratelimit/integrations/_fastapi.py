@@ -4,8 +4,9 @@
     async def export(): ...
 
 The handler needs no ``request`` parameter. On success the rate-limit headers are set on the
-response; on denial FastAPI answers 429 with ``Retry-After``, the headers and the same
-``application/problem+json`` body as the middleware, with no exception handler to install.
+response; on a refusal FastAPI answers 429 with ``Retry-After``, the headers and the same
+``application/problem+json`` body as the middleware, with no exception handler to install,
+and the request costs nothing of the middleware's rules either.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the annotations of
@@ -21,12 +22,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._decision import Decision
-from ._endpoint import CostLike, EndpointKey, EndpointLimit
 from .._errors import RateLimitExceeded
 from .._rates import LimitsLike
+from ._endpoint import CostLike, EndpointKey, EndpointLimit
 
 if TYPE_CHECKING:
-    from .._limiter import FailurePolicy, RateLimiter
+    from .._decision import FailurePolicy
+    from .._limiter import RateLimiter
 
 __all__ = ["RateLimitDependency", "RateLimitHTTPException"]
 
@@ -34,17 +36,19 @@ _BODY_HEADERS = frozenset({"content-length", "content-type"})
 
 
 class RateLimitHTTPException(HTTPException, RateLimitExceeded):
-    """Raised by the dependency on denial; FastAPI turns it into the limiter's 429.
+    """Raised by the dependency on a refusal; FastAPI turns it into the limiter's 429.
 
     It is an ``HTTPException`` (so even an app whose exception handling this package cannot
     reach answers 429 with ``Retry-After`` and the headers) and a `RateLimitExceeded` (so a
     handler you register for `RateLimitExceeded` decides the response instead).
     """
 
-    def __init__(self, decision: Decision, response: Response) -> None:
+    def __init__(self, decision: "Decision | None", response: Response) -> None:
         # The fallback response FastAPI's own handler builds keeps the status and headers.
         headers = {k: v for k, v in response.headers.items() if k not in _BODY_HEADERS}
-        detail = "Forbidden" if response.status_code == 403 else "Too Many Requests"
+        detail = {403: "Forbidden", 413: "Request Exceeds The Quota"}.get(
+            response.status_code, "Too Many Requests"
+        )
         HTTPException.__init__(self, response.status_code, detail, headers)
         self.decision = decision
         self.response = response
@@ -57,7 +61,7 @@ async def _problem_response(request: Request, exc: Exception) -> Response:
 
 
 def _install_handler(request: Request) -> None:
-    """Make the app answer `RateLimitHTTPException` with the problem+json 429, once per app.
+    """Make the app answer `RateLimitHTTPException` with the problem+json body, once per app.
 
     FastAPI looks handlers up along the exception's MRO, and ``HTTPException`` comes before
     `RateLimitExceeded` there: without this, FastAPI's own ``{"detail": ...}`` handler would
@@ -85,8 +89,8 @@ class RateLimitDependency(EndpointLimit):
         async def report(decision: Decision = Depends(limiter.limit("10/hour"))):
             return {"left": decision.remaining}
 
-    ``cost`` may be a function of the request (sync or async). The `Decision` is also on
-    ``request.state.rate_limit``.
+    ``cost`` may be a function of the request (sync or async). The `Decision` of every limit
+    so far (the middleware's included) is on ``request.state.rate_limit``.
     """
 
     def __init__(
@@ -96,7 +100,7 @@ class RateLimitDependency(EndpointLimit):
         *,
         cost: CostLike = 1,
         key: EndpointKey = "identity",
-        name: str | None = None,
+        name: "str | None" = None,
         on_backend_error: "FailurePolicy | None" = None,
     ) -> None:
         super().__init__(
@@ -104,10 +108,10 @@ class RateLimitDependency(EndpointLimit):
         )
 
     async def __call__(self, request: Request, response: Response) -> Decision:
-        verdict = await self.check(request)
-        denial = self.respond(verdict, request)
+        checked = await self.check(request)
+        denial = self.refusal(checked)
         if denial is not None:
             _install_handler(request)
-            raise RateLimitHTTPException(verdict.decision, denial)
+            raise RateLimitHTTPException(checked if isinstance(checked, Decision) else None, denial)
         self.add_headers(response, request)
-        return verdict.decision
+        return checked if isinstance(checked, Decision) else Decision.unlimited(checked.identity)

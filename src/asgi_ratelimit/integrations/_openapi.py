@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ._endpoint import EndpointLimit
 from .._errors import ConfigurationError
+from ._endpoint import EndpointLimit
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

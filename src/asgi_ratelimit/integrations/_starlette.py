@@ -1,15 +1,18 @@
-"""The decorator for plain Starlette endpoints: ``@limiter.limit_endpoint("5/minute")``.
-
-    limiter = RateLimiter()
+"""The decorator: ``@limiter.limit_endpoint("5/minute")`` on a Starlette or FastAPI endpoint.
 
     @limiter.limit_endpoint("5/minute")
-    async def export(request):
+    async def export(request):                     # Starlette: returns a Response
         return JSONResponse({"ok": True})
 
-    app = Starlette(routes=[Route("/export", export)])
+    @app.get("/report")
+    @limiter.limit_endpoint("10/hour")
+    async def report():                            # FastAPI: any return value, a dict too
+        return {"ok": True}
 
-A denied request gets the limiter's 429 (problem+json, ``Retry-After``, the headers) and never
-reaches the endpoint; an admitted one gets the rate-limit headers on its response.
+A refused request gets the limiter's 429 (problem+json, ``Retry-After``, the headers) and
+never reaches the endpoint; an admitted one gets the rate-limit headers on its response. On
+FastAPI the decorated function asks for the ``Request`` and the ``Response`` it needs (its
+signature gains two parameters FastAPI fills in), so the endpoint may return anything.
 """
 
 from __future__ import annotations
@@ -22,17 +25,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ._endpoint import CostLike, EndpointKey, EndpointLimit
 from .._errors import ConfigurationError
 from .._rates import LimitsLike
+from ._endpoint import CostLike, EndpointKey, EndpointLimit
 
 if TYPE_CHECKING:
+    from .._decision import FailurePolicy
     from .._limiter import RateLimiter
-    from ..http._rules import FailurePolicy
 
 __all__ = ["Endpoint", "limit_endpoint"]
 
-Endpoint = TypeVar("Endpoint", bound=Callable[..., Awaitable[Response]])
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Awaitable[Any]])
+
+# The parameters the decorated function adds for FastAPI to fill (never the endpoint's own).
+_REQUEST = "ratelimit_request_"
+_RESPONSE = "ratelimit_response_"
 
 
 def limit_endpoint(
@@ -44,7 +51,7 @@ def limit_endpoint(
     name: str | None = None,
     on_backend_error: FailurePolicy | None = None,
 ) -> Callable[[Endpoint], Endpoint]:
-    """Decorate ``async def endpoint(request) -> Response``: 429 when over, headers when not.
+    """Decorate an ``async def`` endpoint: 429 when over, headers when not.
 
         @limit_endpoint(limiter, "5/minute")     # or @limiter.limit_endpoint("5/minute")
         async def export(request):
@@ -62,21 +69,38 @@ def limit_endpoint(
                 f"limit_endpoint: {getattr(endpoint, '__qualname__', endpoint)!r} is not an "
                 "'async def' endpoint (decorate `async def endpoint(request)`)"
             )
+        signature = inspect.signature(endpoint)
+        own = list(signature.parameters.values())
+        added = []
+        if not any(p.annotation in (Request, "Request") for p in own):
+            added.append(_keyword(_REQUEST, Request))
+        added.append(_keyword(_RESPONSE, Response))
 
         @functools.wraps(endpoint)
-        async def limited(*args: Any, **kwargs: Any) -> Response:
-            request = _find_request(args, kwargs)
-            denial = spec.respond(await spec.check(request), request)
+        async def limited(*args: Any, **kwargs: Any) -> Any:
+            request = kwargs.pop(_REQUEST, None) or _find_request(args, kwargs)
+            injected: Response | None = kwargs.pop(_RESPONSE, None)
+            checked = await spec.check(request)
+            denial = spec.refusal(checked)
             if denial is not None:
                 return denial
-            response = await endpoint(*args, **kwargs)
-            spec.add_headers(response, request)
-            return response
+            result = await endpoint(*args, **kwargs)
+            if isinstance(result, Response):
+                spec.add_headers(result, request)
+            elif injected is not None:  # FastAPI: the response it builds gets these headers
+                spec.add_headers(injected, request)
+            return result
 
+        # FastAPI reads this signature: it fills in the Request and the Response we added.
+        limited.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
         limited.__rate_limit__ = spec  # type: ignore[attr-defined]
         return limited  # type: ignore[return-value]
 
     return decorate
+
+
+def _keyword(name: str, annotation: type) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
 
 
 def _find_request(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Request:

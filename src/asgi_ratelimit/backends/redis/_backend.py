@@ -25,11 +25,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         'RedisBackend needs redis-py and hiredis: pip install "asgi-rate-limit[redis]"'
     ) from exc
 
-from ...algorithms import Outcome
 from ..._clock import Clock
 from ..._errors import BackendError, ConfigurationError
 from ..._rates import Limit
-from .._protocol import Check
+from ...algorithms import Outcome
+from .._protocol import Check, Result
 from ._connection import ConnectionLost, ReplyError, running_loop
 from ._cross_slot import run_across_slots
 from ._deny_cache import DenyCache
@@ -206,25 +206,52 @@ class RedisBackend:
         """The fixed-length hash of an identity key (see `KeyNames.tag`)."""
         return self._keys.tag(key)
 
-    def storage_key(self, key: str, limit: Limit) -> str:
-        return self._keys.storage_key(key, limit)
+    def storage_key(self, key: str, limit: Limit, budget: str = "") -> str:
+        """The Redis key of ``key``'s state for ``limit`` (in ``budget``: a rule's, a route's)."""
+        return self._keys.storage_key(key, limit, budget)
 
     # -- the protocol -------------------------------------------------------------------
 
-    async def hit(self, checks: Sequence[Check], mode: Mode = "hit") -> list[Outcome]:
-        """Decide (``mode="peek"``: without consuming) every check in one atomic call."""
+    def decide(self, checks: Sequence[Check], consume: bool = True) -> Awaitable[Result]:
+        """Decide every check in one atomic call (``consume=False``: without consuming)."""
+        return self._decide(checks, "hit" if consume else "peek")
+
+    async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
+        return (await self._decide(checks, "hit")).outcomes
+
+    async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
+        return (await self._decide(checks, "peek")).outcomes
+
+    async def refund(self, checks: Sequence[Check], at: Any) -> None:
+        """Give back what ``decide(checks)`` consumed at ``at`` (a later door refused)."""
+        storage_keys = self._keys.for_checks(checks)
+        if self.deny_cache is not None:
+            self.deny_cache.forget(storage_keys)
+        groups: dict[int, list[int]] = {}
+        for index, key in enumerate(storage_keys):
+            groups.setdefault(_slot_of(key) if self._topology.cluster else 0, []).append(index)
+        for slot, indexes in groups.items():
+            now = at[slot] if isinstance(at, dict) else at
+            try:
+                await self._evaluate(
+                    "refund", [checks[i] for i in indexes], [storage_keys[i] for i in indexes], now
+                )
+            except ReplyError as exc:
+                raise self._refused(exc, storage_keys[indexes[0]]) from exc
+
+    async def _decide(self, checks: Sequence[Check], mode: Mode) -> Result:
         if not checks:
-            return []
+            return Result([], 0)
         storage_keys = self._keys.for_checks(checks)
         cache = self.deny_cache
         if cache is not None and len(cache):
             local = cache.answer(storage_keys, checks, self._local_now())
             if local is not None:
-                return local
+                return Result(local, None)  # decided locally: nothing was consumed
         sent_at = self._local_now()
         now_us = None if self._clock is None else sent_at
         try:
-            server_now, outcomes, states = await self._decide(mode, checks, storage_keys, now_us)
+            at, outcomes, states = await self._run(mode, checks, storage_keys, now_us)
         except ReplyError as exc:
             raise self._refused(exc, storage_keys[0]) from exc
         if cache is not None:
@@ -232,17 +259,15 @@ class RedisBackend:
                 cache.forget(storage_keys)
             elif len(cache) or not all(outcome.allowed for outcome in outcomes):
                 if self._clock is not None:
-                    sent_at = received_at = server_now
+                    sent_at = received_at = at
                 else:
                     received_at = self._local_now()
-                cache.record(
-                    storage_keys, checks, outcomes, states, server_now, sent_at, received_at
-                )
-        return outcomes
+                cache.record(storage_keys, checks, outcomes, states, at, sent_at, received_at)
+        return Result(outcomes, at)
 
-    async def _decide(
+    async def _run(
         self, mode: Mode, checks: Sequence[Check], storage_keys: Sequence[str], now_us: int | None
-    ) -> tuple[int, list[Outcome], list[Any] | None]:
+    ) -> tuple[Any, list[Outcome], list[Any] | None]:
         topology = self._topology
         if topology.cluster:
             slots = {_slot_of(key) for key in storage_keys}
@@ -258,11 +283,8 @@ class RedisBackend:
         reply = await self._script.call(send, mode, checks, storage_keys, now_us, want_state)
         return decode(reply, checks)
 
-    async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
-        return await self.hit(checks, "peek")
-
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
-        """Forget ``key``'s state for ``limits`` (all of its limits when None)."""
+        """Forget ``key``: every budget of it, or only its direct-use ``limits``."""
         tag_prefix = self._keys.prefix_of(key)
         if self.deny_cache is not None:
             self.deny_cache.forget_prefix(tag_prefix)

@@ -5,8 +5,9 @@ of limits) is one script call on one node. A request mixing identities (a per-IP
 global rule, a per-user rule) spans slots, and no script can: this module keeps it
 all-or-nothing with a peek of every slot, then a hit per slot, refunding on a late denial.
 
-    now_us, outcomes, _ = await run_across_slots(evaluate, client.keyslot, "hit", checks,
-                                                 storage_keys, now_us=None)
+    at, outcomes, _ = await run_across_slots(evaluate, keyslot, "hit", checks, storage_keys,
+                                             now_us=None)
+    at                    # {slot: the server's instant of its call}: what a refund needs
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ async def run_across_slots(
     checks: Sequence[Check],
     storage_keys: Sequence[str],
     now_us: int | None,
-) -> tuple[int, list[Outcome], None]:
-    """Decide checks spread over several slots; ``(last server now, outcomes, None)``.
+) -> tuple[dict[int, int], list[Outcome], None]:
+    """Decide checks spread over several slots; ``({slot: server now}, outcomes, None)``.
 
     First a peek of every slot, in parallel: if any check denies, that is the answer and
     nothing was consumed. Otherwise a hit per slot, in slot order; if a slot denies after all
@@ -44,7 +45,8 @@ async def run_across_slots(
     groups: dict[int, list[int]] = {}
     for index, key in enumerate(storage_keys):
         groups.setdefault(keyslot(key), []).append(index)
-    ordered = [groups[slot] for slot in sorted(groups)]
+    slots = sorted(groups)
+    ordered = [groups[slot] for slot in slots]
 
     async def run(group: list[int], group_mode: Mode, at: int | None) -> tuple[int, Any]:
         sub = [checks[i] for i in group]
@@ -57,11 +59,11 @@ async def run_across_slots(
     for group, (_, group_outcomes) in zip(ordered, peeks, strict=True):
         for i, outcome in zip(group, group_outcomes, strict=True):
             outcomes[i] = outcome
-    last_now = max(now for now, _ in peeks)
+    instants = {slot: now for slot, (now, _) in zip(slots, peeks, strict=True)}
     if mode == "peek" or not all(o is not None and o.allowed for o in outcomes):
-        return last_now, [o for o in outcomes if o is not None], None
+        return instants, [o for o in outcomes if o is not None], None
     committed: list[tuple[list[int], int]] = []
-    for group in ordered:
+    for slot, group in zip(slots, ordered, strict=True):
         now, group_outcomes = await run(group, "hit", now_us)
         for i, outcome in zip(group, group_outcomes, strict=True):
             outcomes[i] = outcome
@@ -72,5 +74,5 @@ async def run_across_slots(
                 )
             break
         committed.append((group, now))
-        last_now = now
-    return last_now, [o for o in outcomes if o is not None], None
+        instants[slot] = now
+    return instants, [o for o in outcomes if o is not None], None

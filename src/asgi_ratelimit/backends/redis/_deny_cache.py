@@ -28,8 +28,8 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ...algorithms import DECIDERS, Outcome, State
 from ..._rates import Limit
+from ...algorithms import DECIDERS, Outcome, State
 from .._protocol import Check
 
 __all__ = ["DenyCache"]
@@ -80,11 +80,18 @@ class DenyCache:
                 del self._entries[storage_key]
                 return None
             now = local_now + entry.offset_low
-            outcome = DECIDERS[check.limit.algorithm](entry.state, now, check.limit, check.cost)
+            decide = DECIDERS[check.limit.algorithm]
+            outcome = decide(entry.state, now, check.limit, check.cost)
+            if outcome.allowed:
+                allowed_here = True
+                if check.cost:  # nothing will be counted: it reports what is left now
+                    outcome = decide(entry.state, now, check.limit, 0)
+            else:
+                allowed_here = False
             if outcome.state is not None:  # _replace costs ~1 us: only when needed
                 outcome = outcome._replace(state=None)
             outcomes.append(outcome)
-            allowed = allowed and outcome.allowed
+            allowed = allowed and allowed_here
         if allowed:
             return None  # it would pass: only Redis may count it
         self.hits += 1

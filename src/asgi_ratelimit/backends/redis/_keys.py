@@ -1,11 +1,13 @@
-"""Key names in Redis: ``prefix{hashed identity}:limit code``, fixed length, one slot per identity.
+"""Key names in Redis: ``prefix{hashed identity}:budget code``, fixed length, one slot per identity.
 
     names = KeyNames("rl:")
     names.storage_key("user:42", Limit("5/minute"))   # 'rl:{-HBIBouGIe9ire8Xll2XtQ}:-QNmXouq'
+    names.storage_key("user:42", Limit("5/minute"), "rule:login")   # same tag, another code
     names.for_checks(checks)                          # the same for every check, validated
 
 The identity is hashed so no user data reaches Redis and nobody can pick a Cluster slot; every
-limit of one identity shares its ``{hash tag}``, so one request is one script call on one node.
+budget of one identity shares its ``{hash tag}``, so one request is one script call on one
+node and one SCAN pattern finds all of an identity's keys.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from ..._rates import Limit
 from .._protocol import Check
 from ._script import validate_limit
 
-__all__ = ["KeyNames", "limit_code"]
+__all__ = ["KeyNames", "budget_code"]
 
 #: Identity keys whose hashed key prefix is remembered (about 200 bytes each).
 KEY_CACHE_SIZE = 10_000
+#: Budgets whose key code is remembered (rules and routes: a few hundred in any app).
+CODE_CACHE_SIZE = 10_000
 
 
 class KeyNames:
@@ -30,8 +34,8 @@ class KeyNames:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self._prefixes: dict[str, str] = {}
-        #: id -> key code of the limits validated for Lua (an id names a limit's parameters)
-        self._codes: dict[str, str] = {}
+        #: (budget, limit id) -> its code, for the limits validated for Lua (bounded)
+        self._codes: dict[tuple[str, str], str] = {}
 
     def tag(self, key: str) -> str:
         """The fixed-length hash of an identity key: no raw user data reaches Redis.
@@ -43,9 +47,10 @@ class KeyNames:
         digest = hashlib.blake2b(data, digest_size=16, person=b"asgi-ratelimit").digest()
         return base64.urlsafe_b64encode(digest)[:22].decode("ascii")
 
-    def storage_key(self, key: str, limit: Limit) -> str:
-        # Every limit of one identity key shares its {hash tag}, hence one Cluster slot.
-        return self.prefix_of(key) + limit_code(limit)
+    def storage_key(self, key: str, limit: Limit, budget: str = "") -> str:
+        # Every budget of one identity key shares its {hash tag}: one Cluster slot, and one
+        # SCAN pattern to reset them all.
+        return self.prefix_of(key) + self._code(limit, budget)
 
     def prefix_of(self, key: str) -> str:
         """``prefix{tag}:`` of an identity key, hashed once and then remembered.
@@ -63,36 +68,31 @@ class KeyNames:
 
     def for_checks(self, checks: Sequence[Check]) -> list[str]:
         """The checks' keys, once each limit is known to be exact in Lua (validated once)."""
-        keys = []
-        codes = self._codes
-        for check in checks:
-            limit = check.limit
-            code = codes.get(limit.id)
-            if code is None:
-                validate_limit(limit)
-                code = codes[limit.id] = limit_code(limit)
-            keys.append(self.prefix_of(check.key) + code)
-        return keys
+        return [
+            self.prefix_of(check.key) + self._code(check.limit, check.budget) for check in checks
+        ]
+
+    def _code(self, limit: Limit, budget: str) -> str:
+        code = self._codes.get((budget, limit.id))
+        if code is None:
+            validate_limit(limit)
+            if len(self._codes) >= CODE_CACHE_SIZE:
+                self._codes.clear()  # limits built per request must not grow it forever
+            code = self._codes[budget, limit.id] = budget_code(limit, budget)
+        return code
 
 
-def limit_code(limit: Limit) -> str:
-    """The short name of a limit in its keys: 48 bits of BLAKE2b of ``limit.id``, base64url.
+def budget_code(limit: Limit, budget: str = "") -> str:
+    """The short name of a budget's limit in its keys: 48 bits of BLAKE2b, base64url.
 
-    Eight characters instead of ids like ``1000:3600:gcra`` keep a key within 44 bytes, the
-    size Redis stores in its smallest allocation for keys. Two limits of one application
-    share a name with probability about n^2 / 2^49 for n distinct limits (1e-9 for 1,000),
-    and only an identity that uses both would notice (their counts would merge); limit ids
-    come from the application's own configuration, not from clients, so nobody can aim for
-    a collision.
+    Of ``limit.id`` for direct use, of the budget's name and ``limit.id`` for a rule or a
+    route. Eight characters instead of ids like ``1000:3600:gcra`` keep a key within 44
+    bytes, the size Redis stores in its smallest allocation for keys. Two budgets of one
+    application share a name with probability about n^2 / 2^49 for n distinct ones (1e-9
+    for 1,000), and only an identity that uses both would notice (their counts would merge);
+    budgets come from the application's own configuration, not from clients, so nobody can
+    aim for a collision.
     """
-    code = _LIMIT_CODES.get(limit.id)
-    if code is None:
-        digest = hashlib.blake2b(limit.id.encode(), digest_size=6, person=b"rl-limit").digest()
-        code = base64.urlsafe_b64encode(digest).decode("ascii")
-        if len(_LIMIT_CODES) < 10_000:  # limits built per request must not grow it forever
-            _LIMIT_CODES[limit.id] = code
-    return code
-
-
-#: limit id -> its code (limits are few and fixed: the rules' and the code's).
-_LIMIT_CODES: dict[str, str] = {}
+    name = limit.id if not budget else f"{budget}\x1f{limit.id}"
+    digest = hashlib.blake2b(name.encode(), digest_size=6, person=b"rl-limit").digest()
+    return base64.urlsafe_b64encode(digest).decode("ascii")

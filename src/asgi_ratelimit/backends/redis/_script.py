@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Literal
 
-from ...algorithms import Outcome, State
 from ..._errors import ConfigurationError
 from ..._rates import Limit
+from ...algorithms import Outcome, State
 from .._protocol import Check
 from ._resp import frame
 
@@ -128,8 +128,8 @@ _HEAD = struct.Struct("<2d")
 
 @functools.lru_cache(maxsize=64)
 def _reply_layout(checks: int, whole: bool) -> struct.Struct:
-    """Six numbers per check: eight-byte integers when all are whole, else doubles."""
-    return struct.Struct(f"<{6 * checks}{'q' if whole else 'd'}")
+    """Seven numbers per check: eight-byte integers when all are whole, else doubles."""
+    return struct.Struct(f"<{7 * checks}{'q' if whole else 'd'}")
 
 
 _LENGTH = struct.Struct("<d")
@@ -202,8 +202,9 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
     at = 0
     if whole:
         for check in checks:
-            # allowed, limit, remaining, reset_us, retry_us, delay_us, state, ttl_us: the
-            # state lives in Redis. Whole numbers are ints, as the Python algorithms give them.
+            # allowed, limit, remaining, reset_us, retry_us, delay_us, state, ttl_us,
+            # next_us: the state lives in Redis. Whole numbers are ints, as the Python
+            # algorithms give them.
             outcomes.append(
                 build(
                     Outcome,
@@ -216,14 +217,15 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
                         numbers[at + 4],
                         None,
                         numbers[at + 5],
+                        numbers[at + 6],
                     ),
                 )
             )
-            at += 6
+            at += 7
     else:
         for check in checks:
-            allowed, remaining, reset, retry, delay, ttl = numbers[at : at + 6]
-            at += 6
+            allowed, remaining, reset, retry, delay, ttl, more = numbers[at : at + 7]
+            at += 7
             values = (
                 allowed == 1,
                 check.limit.burst,
@@ -233,6 +235,7 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
                 int(delay),
                 None,
                 int(ttl),
+                int(more),
             )
             outcomes.append(build(Outcome, values))
     offset = _HEAD.size + layout.size

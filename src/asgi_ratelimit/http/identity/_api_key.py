@@ -10,8 +10,8 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from ..._errors import ConfigurationError
+from ..._identity import Identity
 from ._header_values import header_values
-from ._base import Identity
 
 __all__ = ["APIKey", "KeyLookup", "hash_key"]
 
@@ -79,7 +79,8 @@ class APIKey:
             f"lookup={getattr(self._lookup, '__qualname__', self._lookup)!r})"
         )
 
-    async def __call__(self, scope: Mapping[str, Any]) -> Identity | None:
+    def __call__(self, scope: Mapping[str, Any]) -> Identity | Awaitable[Identity | None] | None:
+        """The key's identity, at once for `keys`; an awaitable when `lookup` must answer."""
         raw = self.raw_key(scope)
         if raw is None:
             return None
@@ -88,7 +89,10 @@ class APIKey:
             return Identity(key=digest, tier=self._known[digest], source="api_key")
         if self._lookup is None:
             return None
-        found, tier = await self._ask_lookup(self._lookup, raw)
+        return self._looked_up(self._lookup, raw, digest)
+
+    async def _looked_up(self, lookup: KeyLookup, raw: bytes, digest: str) -> Identity | None:
+        found, tier = await self._ask_lookup(lookup, raw)
         return Identity(key=digest, tier=tier, source="api_key") if found else None
 
     def raw_key(self, scope: Mapping[str, Any]) -> bytes | None:

@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from ..._errors import ConfigurationError
+from ..._identity import Identity
 from ._header_values import header_values
-from ._base import Identity
 
 __all__ = ["ClientIP", "IPAddress", "parse_address"]
 
@@ -28,15 +28,14 @@ _HEADERS: dict[str, str] = {
 #: anything past this is a client padding the header, and reading from the right means its
 #: padding is never even split.
 MAX_HOPS = 32
+#: Direct peers whose identity a ClientIP keeps.
+_PEER_CACHE_SIZE = 4096
 #: No address (with brackets and a port) is longer; longer entries are junk, not parsed.
 _MAX_ENTRY_CHARS = 64
 #: A Forwarded element may carry by=, proto=, host=; longer than this is not a proxy's.
 _MAX_ELEMENT_CHARS = 512
 
 _PORT = re.compile(r"[0-9]{1,5}")
-# An IPv4 address exactly as `ipaddress` prints it: four decimal octets, no leading zeros.
-_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_CANONICAL_IPV4 = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
 # RFC 7239 forwarded-pair: token "=" ( token / quoted-string ), without quoted-pair escapes
 # (a backslash never belongs in an address, so an element holding one is simply malformed).
 _PAIR = re.compile(
@@ -79,11 +78,21 @@ class ClientIP:
                 f"ClientIP ipv6_prefix {ipv6_prefix} is out of range (use 1 to 128, e.g. 64)"
             )
         self.ipv6_prefix = ipv6_prefix
-        # No proxy to believe, and the resolution is ours: a canonical IPv4 peer is its key.
-        self._direct = (
-            not self.trusted_proxies
-            and type(self).client_address is ClientIP.client_address
-            and type(self).key_for is ClientIP.key_for
+        # With no proxy to believe, a peer's identity depends on its address alone: the same
+        # clients come back, so their identities are kept (bounded), host -> Identity.
+        self._peers: dict[str, Identity] | None = (
+            {} if not self.trusted_proxies and self._address_is_peer else None
+        )
+
+    #: Whether `client_address` and `key_for` are ClientIP's own (see __init_subclass__).
+    _address_is_peer = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass that reads the address differently must not get its answers cached by
+        # peer address: decided once per class, never per request.
+        cls._address_is_peer = (
+            cls.client_address is ClientIP.client_address and cls.key_for is ClientIP.key_for
         )
 
     def __repr__(self) -> str:
@@ -93,31 +102,27 @@ class ClientIP:
             f"ipv6_prefix={self.ipv6_prefix})"
         )
 
-    async def __call__(self, scope: Mapping[str, Any]) -> Identity:
+    def __call__(self, scope: Mapping[str, Any]) -> Identity:
         """Always an identity: a request with no address at all shares the ``ip:unknown`` key."""
-        return Identity(key=self.key_for(self.client_address(scope)), tier=None, source="ip")
+        peers = self._peers
+        if peers is not None:
+            client = scope.get("client")
+            if client.__class__ is tuple and client and client[0].__class__ is str:
+                host = client[0]
+                identity = peers.get(host)
+                if identity is None:
+                    identity = Identity(self.key_for(self.client_address(scope)), None, "ip")
+                    if len(peers) >= _PEER_CACHE_SIZE:
+                        peers.clear()  # bounded: start over rather than grow
+                    peers[host] = identity
+                return identity
+        return Identity(self.key_for(self.client_address(scope)), None, "ip")
 
     def key_for(self, address: IPAddress | None) -> str:
         """The storage key of an address: ``ip:203.0.113.7``, ``ip:2001:db8:1:2::/64``."""
         if address is None:
             return "ip:unknown"
         return _address_key(address, self.ipv6_prefix)
-
-    def direct_peer_key(self, scope: Mapping[str, Any]) -> str | None:
-        """``key_for(client_address(scope))`` without parsing, or None when that is needed.
-
-        The per-request fast path: with no trusted proxies, a peer that is already a canonical
-        IPv4 address (what servers put in ``scope["client"]``) is its own key, and building
-        an address object for it would be pure cost.
-        """
-        if not self._direct:
-            return None
-        client = scope.get("client")
-        if client.__class__ is tuple and client:
-            host = client[0]
-            if host.__class__ is str and _CANONICAL_IPV4.fullmatch(host):
-                return "ip:" + host
-        return None
 
     def is_trusted(self, address: IPAddress) -> bool:
         """True when ``address`` is one of the configured proxies."""

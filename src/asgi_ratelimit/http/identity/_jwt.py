@@ -11,13 +11,13 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from ..._errors import ConfigurationError
+from ..._identity import Identity
 from ._header_values import header_values
-from ._base import Identity
 from ._jwks import JWKSKeys
 
 try:
@@ -139,7 +139,9 @@ class JWTSubject:
         """How many times the JWKS URL was fetched (successfully or not)."""
         return self._jwks.fetches if self._jwks is not None else 0
 
-    async def __call__(self, scope: Mapping[str, Any]) -> Identity | None:
+    def __call__(self, scope: Mapping[str, Any]) -> Identity | Awaitable[Identity | None] | None:
+        """The token's verified identity: at once with keys given, an awaitable with a JWKS
+        URL (its keys may have to be fetched)."""
         token = self.token(scope)
         if token is None:
             return None
@@ -151,12 +153,17 @@ class JWTSubject:
         if not isinstance(alg, str) or alg not in self.algorithms:
             return None  # "none", or an algorithm we did not allow: never verify with it
         if self._jwks is None:
-            key = self._keys[alg]
-        else:
-            jwk = await self._jwks.key(header.get("kid"))
-            if jwk is None or (jwk.algorithm is not None and jwk.algorithm != alg):
-                return None
-            key = jwk.key
+            return self._verified(token, self._keys[alg], alg)
+        return self._verified_by_jwks(token, header.get("kid"), alg)
+
+    async def _verified_by_jwks(self, token: str, kid: Any, alg: str) -> Identity | None:
+        assert self._jwks is not None
+        jwk = await self._jwks.key(kid)
+        if jwk is None or (jwk.algorithm is not None and jwk.algorithm != alg):
+            return None
+        return self._verified(token, jwk.key, alg)
+
+    def _verified(self, token: str, key: Any, alg: str) -> Identity | None:
         try:
             with warnings.catch_warnings():
                 # A short HMAC secret was reported once at construction, not per request.

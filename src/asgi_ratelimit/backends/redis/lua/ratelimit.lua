@@ -17,10 +17,13 @@
 --             (1 fixed_window, 2 sliding_window_log, 3 sliding_window_counter, 4 token_bucket,
 --             5 gcra, 6 leaky_bucket), amount, period_us, burst, cost
 -- returns   - one binary string: two doubles (struct "<dd"): now_us and flags (1: all
---             allowed; 2: the numbers that follow are integers), then six numbers per
+--             allowed; 2: the numbers that follow are integers), then seven numbers per
 --             check, eight-byte integers ("<i8", when every one is whole) or doubles:
 --             allowed (1/0), remaining, reset_us, retry_us (inf if it can never pass),
---             delay_us, ttl_us; then, when asked for and denied, each check's stored
+--             delay_us, ttl_us, next_us (until more quota than remaining, when allowed);
+--             a check that would pass in a call that counts nothing (a peek, or another
+--             check refused) reports what is left now; then, when asked for and denied, each
+--             check's stored
 --             state as stored (binary or text), each preceded by its length as a double.
 --             Binary numbers because writing a number as text is the costliest thing a script
 --             does inside Redis (tostring about 0.3 us, string.format 1.2 us; struct.pack
@@ -102,7 +105,8 @@ local function fixed_window(state, now, amount, period, burst, cost)
   if cost <= amount - count then
     count = count + cost
     if count ~= 0 then reset = until_next end
-    return {true, amount - count, reset, 0, 0, {window, count}, reset}
+    -- The whole quota comes back at once, when the window ends: more quota then.
+    return {true, amount - count, reset, 0, 0, {window, count}, reset, reset}
   end
   local retry = huge
   if cost <= amount then retry = until_next end
@@ -111,6 +115,28 @@ local function fixed_window(state, now, amount, period, burst, cost)
 end
 
 -- sliding window log: state {entries = {{ts, cost, original index or false}, ...}} ---------------
+-- Microseconds until a request of cost (at most amount) fits in the log.
+local function log_wait(entries, cost, amount, used, period, now)
+  if cost <= amount - used then return 0 end
+  -- The smallest k such that the request fits once the oldest k entries have left.
+  local function fits_without(k)
+    local left = 0
+    for j = k + 1, #entries do left = left + entries[j][2] end
+    return cost <= amount - left
+  end
+  local to_free = used + cost - amount
+  local k = 0
+  while k < #entries and to_free > 0 do
+    to_free = to_free - entries[k + 1][2]
+    k = k + 1
+  end
+  while k < #entries and not fits_without(k) do k = k + 1 end
+  while k > 1 and fits_without(k - 1) do k = k - 1 end
+  local index = k
+  if index == 0 then index = #entries end  -- Python's entries[-1]
+  return entries[index][1] + period - now
+end
+
 local function sliding_window_log(state, now, amount, period, burst, cost)
   local horizon = now - period
   local entries = {}
@@ -130,29 +156,14 @@ local function sliding_window_log(state, now, amount, period, burst, cost)
       used = used + cost
     end
     if #entries > 0 then reset = entries[#entries][1] + period - now end
-    return {true, amount - used, reset, 0, 0, {entries = entries, orig = state and state.orig or 0}, reset}
+    local wanted = floor(amount - used) + 1  -- one more than is left
+    local more = 0
+    if wanted <= amount then more = log_wait(entries, wanted, amount, used, period, now) end
+    return {true, amount - used, reset, 0, 0, {entries = entries, orig = state and state.orig or 0}, reset, more}
   end
   if #entries > 0 then reset = entries[#entries][1] + period - now end
   local retry = huge
-  if cost <= amount then
-    -- The smallest k such that the request fits once the oldest k entries have left.
-    local function fits_without(k)
-      local left = 0
-      for j = k + 1, #entries do left = left + entries[j][2] end
-      return cost <= amount - left
-    end
-    local to_free = used + cost - amount
-    local k = 0
-    while k < #entries and to_free > 0 do
-      to_free = to_free - entries[k + 1][2]
-      k = k + 1
-    end
-    while k < #entries and not fits_without(k) do k = k + 1 end
-    while k > 1 and fits_without(k - 1) do k = k - 1 end
-    local index = k
-    if index == 0 then index = #entries end  -- Python's entries[-1]
-    retry = entries[index][1] + period - now
-  end
+  if cost <= amount then retry = log_wait(entries, cost, amount, used, period, now) end
   return {false, amount - used, reset, retry, 0, nil, 0}
 end
 
@@ -220,6 +231,28 @@ local function full_again(count, elapsed, period)
   return nil
 end
 
+-- Microseconds until more than remaining is left (algorithms/sliding_window_counter.py
+-- _more_quota_in): a closed form for whole counts, checked at e and e - 1, else the search.
+local function more_quota_in(remaining, amount, current, previous, elapsed, period)
+  local wanted = floor(remaining) + 1
+  if wanted > amount then return 0 end
+  if current == floor(current) and previous == floor(previous) and remaining == wanted - 1 then
+    local weight = floor(amount - remaining) - current
+    if weight >= 1 then
+      local at = period + 1 - ceil_div(weight * period, previous)
+      if at >= period then return period - elapsed end
+      local goal = amount - wanted
+      if estimate(current, previous, at, period) <= goal
+          and estimate(current, previous, at - 1, period) > goal then
+        return at - elapsed
+      end
+    elseif weight == 0 and current >= 1 then
+      return period - elapsed + 1
+    end
+  end
+  return wait_until_fits(wanted, amount, current, previous, elapsed, period)
+end
+
 local function sliding_window_counter(state, now, amount, period, burst, cost)
   local window = floordiv(now, period)
   local elapsed = now - window * period
@@ -238,7 +271,9 @@ local function sliding_window_counter(state, now, amount, period, burst, cost)
     if not reset then reset = wait_until_fits(amount, amount, current, previous, elapsed, period) end
     local ttl = period - elapsed
     if current ~= 0 then ttl = 2 * period - elapsed end
-    return {true, amount - est - cost, reset, 0, 0, {window, current, previous}, ttl}
+    local remaining = amount - est - cost
+    local more = more_quota_in(remaining, amount, current, previous, elapsed, period)
+    return {true, remaining, reset, 0, 0, {window, current, previous}, ttl, more}
   end
   local retry = huge
   if cost <= amount then
@@ -266,7 +301,11 @@ local function token_bucket(state, now, amount, period, burst, cost)
   if needed <= level then
     level = level - needed
     local reset = ceil_div(full - level, amount)
-    return {true, floordiv(level, period), reset, 0, 0, {level, last}, reset}
+    local remaining = floordiv(level, period)
+    -- The next whole token: the level reaches (remaining + 1) * period.
+    local more = 0
+    if level < full then more = ceil_div((remaining + 1) * period - level, amount) end
+    return {true, remaining, reset, 0, 0, {level, last}, reset, more}
   end
   local retry = huge
   if cost <= burst then retry = ceil_div(needed - level, amount) end
@@ -290,7 +329,11 @@ local function gcra(state, now, amount, period, burst, cost)
   local backlog = rel + scaled_cost(cost, period)
   if backlog <= tolerance then
     local reset = ceil_div(backlog, amount)
-    return {true, floordiv(tolerance - backlog, period), reset, 0, 0, {backlog, now}, reset}
+    local remaining = floordiv(tolerance - backlog, period)
+    -- One more unit fits once the backlog is down to tolerance - (remaining + 1) * period.
+    local more = 0
+    if remaining < burst then more = ceil_div(backlog - tolerance + (remaining + 1) * period, amount) end
+    return {true, remaining, reset, 0, 0, {backlog, now}, reset, more}
   end
   local retry = huge
   if cost <= burst then retry = ceil_div(backlog - tolerance, amount) end
@@ -305,7 +348,10 @@ local function leaky_bucket(state, now, amount, period, burst, cost)
     local delay = ceil_div(queued, amount)
     local backlog = queued + step
     local reset = ceil_div(backlog, amount)
-    return {true, floordiv(capacity - backlog, period), reset, 0, delay, {backlog, now}, reset}
+    local remaining = floordiv(capacity - backlog, period)
+    local more = 0
+    if remaining < burst then more = ceil_div(backlog - capacity + (remaining + 1) * period, amount) end
+    return {true, remaining, reset, 0, delay, {backlog, now}, reset, more}
   end
   local retry = huge
   if cost <= burst then retry = ceil_div(queued + step - capacity, amount) end
@@ -540,7 +586,7 @@ for i, c in ipairs(checks) do
   local entry = seen[c[1]]
   if not entry then
     local state, raw = load(c[1], c[2], c[3], c[4], c[5])
-    entry = {state = state, raw = raw}
+    entry = {state = state, raw = raw, before = state}
     seen[c[1]] = entry
   end
   local outcome = DECIDE[c[2]](entry.state, now, c[3], c[4], c[5], c[6])
@@ -549,6 +595,16 @@ for i, c in ipairs(checks) do
     if outcome[6] ~= nil then entry.state = outcome[6] end
   else
     all_allowed = false
+  end
+end
+
+-- Nothing is counted (a peek, or a check refused the request): a check that would pass
+-- reports what is left now, as a cost of 0 does.
+if not (mode == 'hit' and all_allowed) then
+  for i, c in ipairs(checks) do
+    if outcomes[i][1] and c[6] ~= 0 then
+      outcomes[i] = DECIDE[c[2]](seen[c[1]].before, now, c[3], c[4], c[5], 0)
+    end
   end
 end
 
@@ -572,16 +628,16 @@ local whole = 2
 for i = 1, #checks do
   local o = outcomes[i]
   if o[2] ~= floor(o[2]) or o[4] ~= floor(o[4]) or o[4] == huge or o[3] ~= floor(o[3])
-      or o[5] ~= floor(o[5]) or o[7] ~= floor(o[7]) then
+      or o[5] ~= floor(o[5]) or o[7] ~= floor(o[7]) or (o[8] or 0) ~= floor(o[8] or 0) then
     whole = 0
     break
   end
 end
-local layout = whole == 2 and '<i8i8i8i8i8i8' or '<dddddd'
+local layout = whole == 2 and '<i8i8i8i8i8i8i8' or '<ddddddd'
 local reply = {pack('<dd', now, (all_allowed and 1 or 0) + whole)}
 for i = 1, #checks do
   local o = outcomes[i]
-  reply[i + 1] = pack(layout, o[1] and 1 or 0, o[2], o[3], o[4], o[5], o[7])
+  reply[i + 1] = pack(layout, o[1] and 1 or 0, o[2], o[3], o[4], o[5], o[7], o[8] or 0)
 end
 if want_state and not all_allowed then
   for _, c in ipairs(checks) do

@@ -1,0 +1,134 @@
+"""The engine: policies -> one backend call -> `Decision`, and what happens when it fails.
+
+Every door ends here: the middleware, the FastAPI dependency, the Starlette decorator and
+direct calls. It knows nothing of HTTP.
+
+    engine = Engine(MemoryBackend(), on_backend_error="allow")
+    decision = engine.decide(checks, identity)       # a Decision, or an awaitable of one
+    decision.charge.refund()                          # give back what it consumed
+
+`Engine.decide` answers at once when the backend does (memory) and with an awaitable when it
+cannot (Redis): one path, which costs no coroutine when none is needed. When the backend
+fails, each policy gets its failure policy: ``allow`` (it does not apply), ``deny`` (refused,
+retry in a second) or ``fallback`` (a local `MemoryBackend` decides it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Sequence
+from typing import get_args
+
+from ._decision import Charge, Decision, FailurePolicy, PolicyCheck, PolicyStatus, decide_from
+from ._errors import BackendError, ConfigurationError
+from ._identity import Identity
+from .backends._memory import MemoryBackend
+from .backends._protocol import Backend, Result
+
+__all__ = ["FAILURE_POLICIES", "OUTAGE_RETRY_AFTER", "Engine", "validate_failure_policy"]
+
+logger = logging.getLogger("asgi_ratelimit")
+
+FAILURE_POLICIES: tuple[str, ...] = get_args(FailurePolicy)
+#: How long a client is told to wait when a fail-closed policy refuses during an outage.
+OUTAGE_RETRY_AFTER = 1.0
+#: Distinct failures the engine logs (each once).
+_LOGGED_FAILURES = 64
+
+
+class Engine:
+    """Decides checks on one backend, with one failure policy (each check may have its own)."""
+
+    def __init__(self, backend: Backend, on_backend_error: FailurePolicy = "allow") -> None:
+        if not isinstance(backend, Backend):
+            raise ConfigurationError(
+                f"backend={backend!r} is not a backend (use MemoryBackend(), "
+                "RedisBackend.from_url(...) or an object with the Backend methods)"
+            )
+        self.backend = backend
+        self.on_backend_error = validate_failure_policy(on_backend_error, "on_backend_error")
+        #: the local backend of the "fallback" policy, made at its first use
+        self.fallback: MemoryBackend | None = None
+        self._failures_logged: set[str] = set()
+
+    def decide(
+        self, checks: Sequence[PolicyCheck], identity: Identity | None, consume: bool = True
+    ) -> Decision | Awaitable[Decision]:
+        """The decision of ``checks`` (all or nothing); ``consume=False`` counts nothing."""
+        if not checks:
+            return Decision.unlimited(identity)
+        plain = tuple([pc.check for pc in checks])
+        try:
+            result = self.backend.decide(plain, consume)
+        except Exception as exc:  # a broken backend must never take the app down
+            return self._in_outage(checks, identity, consume, exc)
+        if isinstance(result, Result):
+            charge = Charge(self.backend, plain, result.at) if consume else None
+            return decide_from(checks, result.outcomes, identity, charge)
+        return self._awaiting(result, checks, plain, identity, consume)
+
+    async def _awaiting(
+        self,
+        pending: Awaitable[Result],
+        checks: Sequence[PolicyCheck],
+        plain: tuple,  # type: ignore[type-arg]
+        identity: Identity | None,
+        consume: bool,
+    ) -> Decision:
+        try:
+            result = await pending
+        except Exception as exc:
+            return self._in_outage(checks, identity, consume, exc)
+        charge = Charge(self.backend, plain, result.at) if consume else None
+        return decide_from(checks, result.outcomes, identity, charge)
+
+    def _in_outage(
+        self,
+        checks: Sequence[PolicyCheck],
+        identity: Identity | None,
+        consume: bool,
+        exc: Exception,
+    ) -> Decision:
+        # A BackendError is an outage its backend reports in the log itself (one ERROR when
+        # it starts, one WARNING when it ends); anything else is a fault to show, once.
+        if not isinstance(exc, BackendError):
+            self._log_once(exc)
+        statuses: list[PolicyStatus] = []
+        fallback: list[PolicyCheck] = []
+        for pc in checks:
+            policy = pc.on_backend_error or self.on_backend_error
+            if policy == "deny":
+                wait = OUTAGE_RETRY_AFTER
+                statuses.append(PolicyStatus(pc.name, pc.check.limit, False, 0, wait, wait, wait))
+            elif policy == "fallback":
+                fallback.append(pc)
+        if statuses or not fallback:
+            return Decision.of(tuple(statuses), identity)
+        if self.fallback is None:
+            self.fallback = MemoryBackend()
+        plain = tuple([pc.check for pc in fallback])
+        result = self.fallback.decide(plain, consume)
+        charge = Charge(self.fallback, plain, result.at) if consume else None
+        return decide_from(fallback, result.outcomes, identity, charge)
+
+    def _log_once(self, exc: Exception) -> None:
+        failure = f"{type(exc).__name__}: {exc}"
+        if failure in self._failures_logged:
+            return
+        if len(self._failures_logged) < _LOGGED_FAILURES:
+            self._failures_logged.add(failure)
+        logger.error(
+            "rate limit backend %r raised %s; applying on_backend_error (logged once)",
+            self.backend, failure,
+        )  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"Engine({self.backend!r}, on_backend_error={self.on_backend_error!r})"
+
+
+def validate_failure_policy(value: object, what: str) -> FailurePolicy:
+    if value not in FAILURE_POLICIES:
+        raise ConfigurationError(
+            f"{what}={value!r}: unknown failure policy (use 'allow', 'deny' or 'fallback')"
+        )
+    return value  # type: ignore[return-value]

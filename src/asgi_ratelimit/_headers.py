@@ -1,0 +1,136 @@
+"""Rate-limit response headers: the de-facto ``X-RateLimit-*`` and the IETF draft's fields.
+
+One renderer for every door. Per draft-ietf-httpapi-ratelimit-headers (-10, -11), one list
+member per policy that applied, as RFC 9651 structured fields::
+
+    RateLimit-Policy: "login";q=5;w=60, "search 10/second";q=10;w=1
+    RateLimit: "login";r=0;t=48, "search 10/second";r=9;t=1
+
+- ``q``/``w``: the limit's amount per its period, for every algorithm: a client that sends
+  at most ``q`` requests in any ``w`` seconds is admitted by the exact algorithms (the
+  windows, the log and the buckets, whatever their ``burst``); the sliding window counter
+  approximates and admits at least half that pace (see docs).
+- ``r``: what is really left now (after this request when it counted).
+- ``t``: seconds until more quota than ``r`` is available; on a refusal, for the policy that
+  refused, when this request would pass: ``Retry-After``. Rounded up: a client that waits
+  ``t`` is never early.
+
+``X-RateLimit-Limit``/``-Remaining``/``-Reset`` speak for the binding policy: its capacity,
+what it has left, and the seconds until it is full again. A refusal adds ``Retry-After``
+(whole seconds, rounded up, >= 1).
+
+    renderer = HeaderRenderer("both")           # one per limiter: its caches are bounded
+    renderer.render(decision)                   # [(b"x-ratelimit-limit", b"5"), ...]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._decision import Decision, HeaderStyle, PolicyStatus
+
+__all__ = ["HEADER_STYLES", "HeaderRenderer", "RawHeaders", "text_headers", "whole_seconds"]
+
+RawHeaders = list[tuple[bytes, bytes]]
+HEADER_STYLES: tuple[str, ...] = ("both", "legacy", "ietf", "none")
+
+RETRY_AFTER = b"retry-after"
+LIMIT = b"x-ratelimit-limit"
+REMAINING = b"x-ratelimit-remaining"
+RESET = b"x-ratelimit-reset"
+POLICY = b"ratelimit-policy"
+STATE = b"ratelimit"
+#: The headers we set, as the names HTTP/1.1 spells them, for `text_headers`.
+_TEXT_NAMES = {
+    RETRY_AFTER: "Retry-After",
+    LIMIT: "X-RateLimit-Limit",
+    REMAINING: "X-RateLimit-Remaining",
+    RESET: "X-RateLimit-Reset",
+    POLICY: "RateLimit-Policy",
+    STATE: "RateLimit",
+}
+# sf-integers have at most 15 digits.
+_SF_INTEGER_MAX = 999_999_999_999_999
+#: Policies whose encoded parts a renderer keeps.
+_CACHE_SIZE = 1024
+
+
+class HeaderRenderer:
+    """Renders decisions in one style; the constant parts of each policy are encoded once."""
+
+    __slots__ = ("_ietf", "_items", "_legacy", "style")
+
+    def __init__(self, style: HeaderStyle = "both") -> None:
+        self.style = style
+        self._legacy = style in ("both", "legacy")
+        self._ietf = style in ("both", "ietf")
+        # (name, limit id) -> (its RateLimit-Policy item, its quoted name), encoded.
+        self._items: dict[tuple[str, str], tuple[bytes, bytes]] = {}
+
+    def render(self, decision: Decision) -> RawHeaders:
+        """The headers of ``decision``, as ASGI wants them (lower-case byte names)."""
+        headers: RawHeaders = []
+        if not decision.allowed:
+            retry_after = decision.retry_after_header
+            if retry_after is not None:
+                headers.append((RETRY_AFTER, b"%d" % retry_after))
+        policies = decision.policies
+        if not policies:
+            return headers
+        if self._legacy:
+            headers.append((LIMIT, b"%d" % _sf_int(decision.limit)))
+            headers.append((REMAINING, b"%d" % _sf_int(decision.remaining)))
+            headers.append((RESET, b"%d" % whole_seconds(decision.reset_after)))
+        if self._ietf:
+            items = [self._parts(p) for p in policies]
+            if len(items) == 1:
+                headers.append((POLICY, items[0][0]))
+            else:
+                headers.append((POLICY, b", ".join([item for item, _ in items])))
+            states = [
+                b"%s;r=%d;t=%d" % (name, _sf_int(p.remaining), whole_seconds(p.next_after))
+                for (_, name), p in zip(items, policies, strict=True)
+            ]
+            headers.append((STATE, states[0] if len(states) == 1 else b", ".join(states)))
+        return headers
+
+    def _parts(self, policy: PolicyStatus) -> tuple[bytes, bytes]:
+        key = (policy.name, policy.limit.id)
+        parts = self._items.get(key)
+        if parts is None:
+            name = _sf_string(policy.name)
+            item = b"%s;q=%d;w=%d" % (name, _sf_int(policy.quota), _sf_int(policy.window))
+            if len(self._items) >= _CACHE_SIZE:
+                self._items.clear()  # bounded: start over rather than grow
+            parts = self._items[key] = (item, name)
+        return parts
+
+
+def text_headers(decision: Decision, style: HeaderStyle = "both") -> dict[str, str]:
+    """`HeaderRenderer.render` as a dict of text headers (``Decision.headers``)."""
+    return {
+        _TEXT_NAMES[name]: value.decode("latin-1")
+        for name, value in HeaderRenderer(style).render(decision)
+    }
+
+
+def whole_seconds(seconds: float) -> int:
+    """Seconds as the headers write them: rounded up (a client that waits this long never
+    arrives early), 0 for none, negative, NaN or infinite, at most the sf-integer maximum."""
+    if 0 < seconds < _SF_INTEGER_MAX:  # the usual case; NaN and infinity fail the test
+        return math.ceil(seconds)
+    if seconds <= 0 or math.isnan(seconds) or math.isinf(seconds):
+        return 0
+    return _SF_INTEGER_MAX
+
+
+def _sf_int(value: int) -> int:
+    return max(0, min(_SF_INTEGER_MAX, value))
+
+
+def _sf_string(value: str) -> bytes:
+    """An RFC 9651 sf-string: printable ASCII only, with backslash and quote escaped."""
+    cleaned = "".join(c if " " <= c <= "~" else "?" for c in value)
+    return ('"' + cleaned.replace("\\", "\\\\").replace('"', '\\"') + '"').encode("ascii")
