@@ -34,11 +34,11 @@ def _app(headers: str) -> tuple[Any, Any]:
 
 
 class _ConstantBackend:
-    def __init__(self, outcomes: Any) -> None:
-        self.outcomes = outcomes
+    def __init__(self, result: Any) -> None:
+        self.result = result
 
-    async def hit(self, checks: Any) -> Any:
-        return self.outcomes
+    def decide(self, checks: Any, consume: bool = True) -> Any:
+        return self.result
 
 
 async def _variants() -> dict[str, Built]:
@@ -51,26 +51,19 @@ async def _variants() -> dict[str, Built]:
 
     app, limiter = _app("none")
     identity = await limiter.identify(dict(scope))
-
-    async def fixed_identity(scope: Any) -> Any:
-        return identity
-
-    limiter.identify = fixed_identity
+    limiter.policy.identities.identify = lambda scope: identity  # type: ignore[method-assign]
     variants["... identity free"] = Built(app=app)
 
     app, limiter = _app("none")
-    checks = await limiter.request_checks(dict(scope), await limiter.identify(dict(scope)))
-    outcomes = await limiter.backend.hit([pc.check for pc in checks])
-    limiter.backend = _ConstantBackend(outcomes)
+    route = limiter.policy.rules.route(dict(scope))
+    checks, _ = limiter.policy.checks(dict(scope), identity, route)
+    result = limiter.backend.decide(checks)
+    limiter.engine.backend = _ConstantBackend(result)  # type: ignore[assignment]
     variants["... backend free"] = Built(app=app)
 
     app, limiter = _app("none")
-    verdict = await limiter.check_request(dict(scope))
-
-    async def fixed_verdict(scope: Any, *, consume: bool = True) -> Any:
-        return verdict
-
-    limiter.check_request = fixed_verdict
+    decision = limiter.check(dict(scope))
+    limiter.check = lambda scope, *, consume=True: decision  # type: ignore[method-assign]
     variants["... whole limiter free (middleware shell)"] = Built(app=app)
     return variants
 

@@ -5,7 +5,7 @@
 
 It starts its own ``redis-server`` on a free loopback port (no persistence) and, on one
 asyncio client (one connection pool), runs interleaved batches: a bare ``GET``, then
-``RateLimiter.decide`` with one and three never-reached limits of each algorithm (on the
+``RateLimiter.engine.decide`` with one and three never-reached limits of each algorithm (on the
 backend's own pipelined connection, see ``backends/redis/_connection.py``), the same script called
 through redis-py's ``evalsha`` (what redis-py's client path costs), and requests from identities
 already over their limit (answered by the deny cache, without Redis). Each round runs every
@@ -35,8 +35,8 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from asgi_ratelimit import Limit, RateLimiter
-from asgi_ratelimit._limiter import PolicyCheck
+from asgi_ratelimit import Decision, Limit, RateLimiter
+from asgi_ratelimit._decision import Policy
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._script import SCRIPT, SCRIPT_SHA, encode
@@ -102,9 +102,17 @@ class _Server:
         self._dir.cleanup()
 
 
-def _checks(name: str, i: int, limits: tuple[Limit, ...]) -> list[PolicyCheck]:
+Prepared = tuple[list[Check], list[Policy]]
+
+
+def _checks(name: str, i: int, limits: tuple[Limit, ...]) -> Prepared:
     key = f"{name}:{i % IDENTITIES}"
-    return [PolicyCheck(limit.text, Check(key, limit)) for limit in limits]
+    return [Check(key, limit) for limit in limits], [Policy(limit.text) for limit in limits]
+
+
+async def _decide(limiter: RateLimiter, prepared: Prepared) -> Decision:
+    decision = limiter.engine.decide(*prepared, None)
+    return decision if isinstance(decision, Decision) else await decision
 
 
 def _variants(
@@ -122,7 +130,7 @@ def _variants(
         prepared = [_checks(name, i, limits) for i in range(IDENTITIES)]
 
         async def run(i: int) -> Any:
-            decision = await limiter.decide(prepared[i % IDENTITIES])
+            decision = await _decide(limiter, prepared[i % IDENTITIES])
             if not decision.allowed:
                 raise SystemExit(f"{name}: denied a never-reached limit: {decision!r}")
             return decision
@@ -152,7 +160,7 @@ def _variants(
     denied = [_checks("denied", i, denied_limits) for i in range(IDENTITIES)]
 
     async def over(i: int) -> Any:
-        decision = await limiter.decide(denied[i % IDENTITIES])
+        decision = await _decide(limiter, denied[i % IDENTITIES])
         if decision.allowed:
             raise SystemExit(f"denied path: allowed {decision!r}")
         return decision
@@ -165,8 +173,8 @@ async def _prime_denied(limiter: RateLimiter) -> None:
     denied_limits = _denied_limits()
     for i in range(IDENTITIES):
         checks = _checks("denied", i, denied_limits)
-        first = await limiter.decide(checks)
-        second = await limiter.decide(checks)  # denied by Redis: now in the deny cache
+        first = await _decide(limiter, checks)
+        second = await _decide(limiter, checks)  # denied by Redis: now in the deny cache
         if not first.allowed or second.allowed:
             raise SystemExit("denied path: priming did not give allowed then denied")
 

@@ -94,7 +94,8 @@ def _budgets(rule: Rule, path: str = "/i/1") -> list[tuple[str, str]]:
     scope = {"type": "http", "method": "GET", "path": path, "client": ("203.0.113.7", 1)}
     identity = Identity("user:42", None, "jwt")
     route = limiter.policy.rules.route(scope)
-    return [(pc.check.key, pc.check.budget) for pc in limiter.policy.checks(scope, identity, route)]
+    checks, _ = limiter.policy.checks(scope, identity, route)
+    return [(check.key, check.budget) for check in checks]
 
 
 def test_budgets() -> None:

@@ -1,9 +1,9 @@
 """`Decision`: what the limiter answers for one request, and the one place it is built.
 
-A request is checked against policies (`PolicyCheck`: a named limit of a rule, a route or a
-direct call); the backend answers one `Outcome` per check; `decide_from` turns them into one
-`PolicyStatus` per policy and the `Decision`. Every door (middleware, dependency, decorator,
-direct call) builds its decisions here.
+A request is checked against policies (`Policy`: a named limit of a rule, a route or a direct
+call, each with its `Check` for the backend); the backend answers one `Outcome` per check;
+`decide_from` turns them into one `PolicyStatus` per policy and the `Decision`. Every door
+(middleware, dependency, decorator, direct call) builds its decisions here.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = [
     "Decision",
     "FailurePolicy",
     "HeaderStyle",
-    "PolicyCheck",
+    "Policy",
     "PolicyStatus",
     "decide_from",
 ]
@@ -33,22 +33,26 @@ FailurePolicy = Literal["allow", "deny", "fallback"]
 
 
 class Charge(NamedTuple):
-    """What one decision consumed: given back by `Charge.refund` when a later door refuses."""
+    """What a request has consumed so far: given back when a later door refuses it.
+
+    One backend call's checks and instant, and the charge of the doors before (a chain).
+    """
 
     backend: Backend
-    checks: tuple[Check, ...]
+    checks: Sequence[Check]
     at: Any
+    earlier: Charge | None = None
 
     def refund(self) -> Awaitable[None] | None:
+        """Give back this call's costs (not the earlier ones': walk ``earlier`` for those)."""
         return self.backend.refund(self.checks, self.at)
 
 
-class PolicyCheck(NamedTuple):
-    """One policy of a request: the name its headers carry, and the check the backend runs."""
+class Policy(NamedTuple):
+    """What a limit is called in the headers, and what it gets while the backend fails (None:
+    the limiter's own policy). Built once per rule, route or direct call."""
 
     name: str
-    check: Check
-    #: what this policy gets while the backend fails; None: the limiter's own
     on_backend_error: FailurePolicy | None = None
 
 
@@ -183,40 +187,69 @@ HeaderStyle = Literal["both", "legacy", "ietf", "none"]
 
 
 def decide_from(
-    checks: Sequence[PolicyCheck],
+    policies: Sequence[Policy],
+    checks: Sequence[Check],
     outcomes: Sequence[Outcome],
     identity: Identity | None,
     charge: Charge | None = None,
 ) -> Decision:
-    """The decision of ``checks`` from the backend's ``outcomes`` (one per check, in order)."""
-    statuses = []
-    for pc, outcome in zip(checks, outcomes, strict=True):
-        limit = pc.check.limit
+    """The decision of ``policies`` from the backend's ``outcomes`` for their ``checks``."""
+    if len(outcomes) == 1:  # one policy: it binds (Decision.of, without its loop)
+        name = policies[0].name
+        limit = checks[0].limit
+        outcome = outcomes[0]
         remaining = outcome.remaining
-        if remaining.__class__ is not int or not 0 <= remaining <= limit.burst:
-            remaining = max(0, min(limit.burst, math.floor(remaining)))
-        if outcome.allowed:
-            retry = 0.0
-            upcoming = outcome.next_us / 1_000_000
-        else:
-            retry_us = outcome.retry_us
-            if retry_us == NEVER:  # it can never pass; more quota comes as it fills up
-                retry, upcoming = NEVER, outcome.reset_us / 1_000_000
-            else:  # t on a refusal is when this request would pass: Retry-After
-                retry = upcoming = retry_us / 1_000_000
-        statuses.append(
-            PolicyStatus(
-                pc.name,
-                limit,
-                outcome.allowed,
-                remaining,
-                outcome.reset_us / 1_000_000,
-                retry,
-                upcoming,
-                outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0,
+        if outcome.allowed and remaining.__class__ is int and 0 <= remaining <= limit.burst:
+            # `_status` of an admitted whole count (every request of a whole cost), inlined.
+            reset = outcome.reset_us / 1_000_000
+            delay = outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0
+            status = PolicyStatus(
+                name, limit, True, remaining, reset, 0.0, outcome.next_us / 1_000_000, delay
             )
+        else:
+            status = _status(name, limit, outcome)
+        decision = Decision(
+            status.allowed,
+            limit.burst,
+            status.remaining,
+            status.reset_after,
+            status.retry_after,
+            status.delay,
+            name,
+            identity,
+            (status,),
         )
-    decision = Decision.of(tuple(statuses), identity)
+    else:
+        statuses = tuple(
+            [
+                _status(p.name, c.limit, o)
+                for p, c, o in zip(policies, checks, outcomes, strict=True)
+            ]
+        )
+        decision = Decision.of(statuses, identity)
     if charge is not None and decision.allowed:
         decision.charge = charge
     return decision
+
+
+def _status(name: str, limit: Limit, outcome: Outcome) -> PolicyStatus:
+    remaining = outcome.remaining
+    if remaining.__class__ is not int or not 0 <= remaining <= limit.burst:
+        remaining = max(0, min(limit.burst, math.floor(remaining)))
+    if outcome.allowed:
+        retry = 0.0
+        upcoming = outcome.next_us / 1_000_000
+    elif outcome.retry_us == NEVER:  # it can never pass; more quota comes as it fills up
+        retry, upcoming = NEVER, outcome.reset_us / 1_000_000
+    else:  # t on a refusal is when this request would pass: Retry-After
+        retry = upcoming = outcome.retry_us / 1_000_000
+    return PolicyStatus(
+        name,
+        limit,
+        outcome.allowed,
+        remaining,
+        outcome.reset_us / 1_000_000,
+        retry,
+        upcoming,
+        outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0,
+    )

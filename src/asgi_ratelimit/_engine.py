@@ -4,7 +4,7 @@ Every door ends here: the middleware, the FastAPI dependency, the Starlette deco
 direct calls. It knows nothing of HTTP.
 
     engine = Engine(MemoryBackend(), on_backend_error="allow")
-    decision = engine.decide(checks, identity)       # a Decision, or an awaitable of one
+    decision = engine.decide(checks, policies, identity)   # a Decision, or an awaitable
     decision.charge.refund()                          # give back what it consumed
 
 `Engine.decide` answers at once when the backend does (memory) and with an awaitable when it
@@ -19,11 +19,11 @@ import logging
 from collections.abc import Awaitable, Sequence
 from typing import get_args
 
-from ._decision import Charge, Decision, FailurePolicy, PolicyCheck, PolicyStatus, decide_from
+from ._decision import Charge, Decision, FailurePolicy, Policy, PolicyStatus, decide_from
 from ._errors import BackendError, ConfigurationError
 from ._identity import Identity
 from .backends._memory import MemoryBackend
-from .backends._protocol import Backend, Result
+from .backends._protocol import Backend, Check, Result
 
 __all__ = ["FAILURE_POLICIES", "OUTAGE_RETRY_AFTER", "Engine", "validate_failure_policy"]
 
@@ -52,39 +52,46 @@ class Engine:
         self._failures_logged: set[str] = set()
 
     def decide(
-        self, checks: Sequence[PolicyCheck], identity: Identity | None, consume: bool = True
+        self,
+        checks: Sequence[Check],
+        policies: Sequence[Policy],
+        identity: Identity | None,
+        consume: bool = True,
     ) -> Decision | Awaitable[Decision]:
-        """The decision of ``checks`` (all or nothing); ``consume=False`` counts nothing."""
+        """The decision of ``checks`` (all or nothing) under the names of ``policies``;
+        ``consume=False`` counts nothing."""
         if not checks:
             return Decision.unlimited(identity)
-        plain = tuple([pc.check for pc in checks])
         try:
-            result = self.backend.decide(plain, consume)
+            result = self.backend.decide(checks, consume)
         except Exception as exc:  # a broken backend must never take the app down
-            return self._in_outage(checks, identity, consume, exc)
+            return self._in_outage(checks, policies, identity, consume, exc)
         if isinstance(result, Result):
-            charge = Charge(self.backend, plain, result.at) if consume else None
-            return decide_from(checks, result.outcomes, identity, charge)
-        return self._awaiting(result, checks, plain, identity, consume)
+            outcomes, at = result
+            # Charge(...) without NamedTuple's keyword handling: every request.
+            charge = tuple.__new__(Charge, (self.backend, checks, at, None)) if consume else None
+            return decide_from(policies, checks, outcomes, identity, charge)
+        return self._awaiting(result, checks, policies, identity, consume)
 
     async def _awaiting(
         self,
         pending: Awaitable[Result],
-        checks: Sequence[PolicyCheck],
-        plain: tuple,  # type: ignore[type-arg]
+        checks: Sequence[Check],
+        policies: Sequence[Policy],
         identity: Identity | None,
         consume: bool,
     ) -> Decision:
         try:
             result = await pending
         except Exception as exc:
-            return self._in_outage(checks, identity, consume, exc)
-        charge = Charge(self.backend, plain, result.at) if consume else None
-        return decide_from(checks, result.outcomes, identity, charge)
+            return self._in_outage(checks, policies, identity, consume, exc)
+        charge = _charge(self.backend, checks, result.at) if consume else None
+        return decide_from(policies, checks, result.outcomes, identity, charge)
 
     def _in_outage(
         self,
-        checks: Sequence[PolicyCheck],
+        checks: Sequence[Check],
+        policies: Sequence[Policy],
         identity: Identity | None,
         consume: bool,
         exc: Exception,
@@ -94,22 +101,23 @@ class Engine:
         if not isinstance(exc, BackendError):
             self._log_once(exc)
         statuses: list[PolicyStatus] = []
-        fallback: list[PolicyCheck] = []
-        for pc in checks:
-            policy = pc.on_backend_error or self.on_backend_error
-            if policy == "deny":
+        fallback: list[tuple[Check, Policy]] = []
+        for check, policy in zip(checks, policies, strict=True):
+            failure = policy.on_backend_error or self.on_backend_error
+            if failure == "deny":
                 wait = OUTAGE_RETRY_AFTER
-                statuses.append(PolicyStatus(pc.name, pc.check.limit, False, 0, wait, wait, wait))
-            elif policy == "fallback":
-                fallback.append(pc)
+                statuses.append(PolicyStatus(policy.name, check.limit, False, 0, wait, wait, wait))
+            elif failure == "fallback":
+                fallback.append((check, policy))
         if statuses or not fallback:
             return Decision.of(tuple(statuses), identity)
         if self.fallback is None:
             self.fallback = MemoryBackend()
-        plain = tuple([pc.check for pc in fallback])
-        result = self.fallback.decide(plain, consume)
-        charge = Charge(self.fallback, plain, result.at) if consume else None
-        return decide_from(fallback, result.outcomes, identity, charge)
+        local = tuple([check for check, _ in fallback])
+        result = self.fallback.decide(local, consume)
+        charge = _charge(self.fallback, local, result.at) if consume else None
+        named = [policy for _, policy in fallback]
+        return decide_from(named, local, result.outcomes, identity, charge)
 
     def _log_once(self, exc: Exception) -> None:
         failure = f"{type(exc).__name__}: {exc}"
@@ -124,6 +132,11 @@ class Engine:
 
     def __repr__(self) -> str:
         return f"Engine({self.backend!r}, on_backend_error={self.on_backend_error!r})"
+
+
+def _charge(backend: Backend, checks: Sequence[Check], at: object) -> Charge:
+    # Charge(backend, checks, at) without NamedTuple's keyword handling: once per request.
+    return tuple.__new__(Charge, (backend, checks, at, None))
 
 
 def validate_failure_policy(value: object, what: str) -> FailurePolicy:

@@ -26,14 +26,23 @@ what it has left, and the seconds until it is full again. A refusal adds ``Retry
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._decision import Decision, HeaderStyle, PolicyStatus
 
-__all__ = ["HEADER_STYLES", "HeaderRenderer", "RawHeaders", "text_headers", "whole_seconds"]
+__all__ = [
+    "HEADER_STYLES",
+    "HeaderRenderer",
+    "RawHeader",
+    "RawHeaders",
+    "text_headers",
+    "whole_seconds",
+]
 
-RawHeaders = list[tuple[bytes, bytes]]
+RawHeader = tuple[bytes, bytes]
+RawHeaders = list[RawHeader]
 HEADER_STYLES: tuple[str, ...] = ("both", "legacy", "ietf", "none")
 
 RETRY_AFTER = b"retry-after"
@@ -58,25 +67,35 @@ _CACHE_SIZE = 1024
 
 
 class HeaderRenderer:
-    """Renders decisions in one style; the constant parts of each policy are encoded once."""
+    """Renders decisions in one style; the constant parts of each policy are encoded once.
 
-    __slots__ = ("_ietf", "_items", "_legacy", "style")
+    The usual response (admitted, one policy) depends on the policy and three small numbers:
+    each policy keeps its last headers, and many clients share the same numbers in a second.
+    """
+
+    __slots__ = ("_ietf", "_legacy", "_policies", "style")
 
     def __init__(self, style: HeaderStyle = "both") -> None:
         self.style = style
         self._legacy = style in ("both", "legacy")
         self._ietf = style in ("both", "ietf")
-        # (name, limit id) -> (its RateLimit-Policy item, its quoted name), encoded.
-        self._items: dict[tuple[str, str], tuple[bytes, bytes]] = {}
+        # policy name -> its encoded parts (bounded).
+        self._policies: dict[str, _Parts] = {}
 
-    def render(self, decision: Decision) -> RawHeaders:
-        """The headers of ``decision``, as ASGI wants them (lower-case byte names)."""
-        headers: RawHeaders = []
+    def render(self, decision: Decision) -> Sequence[RawHeader]:
+        """The headers of ``decision``, as ASGI wants them (lower-case byte names). Read only:
+        the answer may be shared."""
+        policies = decision.policies
+        if decision.allowed:
+            if not policies:
+                return ()
+            if len(policies) == 1:
+                return self._one(policies[0], decision)
+        headers: list[RawHeader] = []
         if not decision.allowed:
             retry_after = decision.retry_after_header
             if retry_after is not None:
                 headers.append((RETRY_AFTER, b"%d" % retry_after))
-        policies = decision.policies
         if not policies:
             return headers
         if self._legacy:
@@ -84,28 +103,64 @@ class HeaderRenderer:
             headers.append((REMAINING, b"%d" % _sf_int(decision.remaining)))
             headers.append((RESET, b"%d" % whole_seconds(decision.reset_after)))
         if self._ietf:
-            items = [self._parts(p) for p in policies]
-            if len(items) == 1:
-                headers.append((POLICY, items[0][0]))
-            else:
-                headers.append((POLICY, b", ".join([item for item, _ in items])))
+            parts = [self._parts(p) for p in policies]
+            headers.append((POLICY, b", ".join([part.item for part in parts])))
             states = [
-                b"%s;r=%d;t=%d" % (name, _sf_int(p.remaining), whole_seconds(p.next_after))
-                for (_, name), p in zip(items, policies, strict=True)
+                part.state(p.remaining, p.next_after)
+                for part, p in zip(parts, policies, strict=True)
             ]
-            headers.append((STATE, states[0] if len(states) == 1 else b", ".join(states)))
+            headers.append((STATE, b", ".join(states)))
         return headers
 
-    def _parts(self, policy: PolicyStatus) -> tuple[bytes, bytes]:
-        key = (policy.name, policy.limit.id)
-        parts = self._items.get(key)
-        if parts is None:
-            name = _sf_string(policy.name)
-            item = b"%s;q=%d;w=%d" % (name, _sf_int(policy.quota), _sf_int(policy.window))
-            if len(self._items) >= _CACHE_SIZE:
-                self._items.clear()  # bounded: start over rather than grow
-            parts = self._items[key] = (item, name)
+    def _one(self, policy: PolicyStatus, decision: Decision) -> Sequence[RawHeader]:
+        # An admitted request of one policy: `render`'s answer, from the policy's last one
+        # when the numbers are the same.
+        parts = self._parts(policy)
+        numbers = (
+            policy.remaining,
+            whole_seconds(policy.reset_after),
+            whole_seconds(policy.next_after),
+        )
+        last = parts.last
+        if last[0] == numbers:
+            return last[1]
+        remaining, reset, upcoming = numbers
+        headers: tuple[RawHeader, ...] = ()
+        if self._legacy:
+            left = b"%d" % _sf_int(remaining)
+            headers = (parts.limit, (REMAINING, left), (RESET, b"%d" % reset))
+        if self._ietf:
+            state = b"%s;r=%d;t=%d" % (parts.name, _sf_int(remaining), upcoming)
+            headers += ((POLICY, parts.item), (STATE, state))
+        # One attribute replaced whole: a reader in another thread never pairs one answer's
+        # numbers with another's headers.
+        parts.last = (numbers, headers)
+        return headers
+
+    def _parts(self, policy: PolicyStatus) -> _Parts:
+        parts = self._policies.get(policy.name)
+        if parts is None or parts.limit_id != policy.limit.id:
+            if len(self._policies) >= _CACHE_SIZE:
+                self._policies.clear()  # bounded: start over rather than grow
+            parts = self._policies[policy.name] = _Parts(policy)
         return parts
+
+
+class _Parts:
+    """One policy's constant header parts, encoded, and its last one-policy headers."""
+
+    __slots__ = ("item", "last", "limit", "limit_id", "name")
+
+    def __init__(self, policy: PolicyStatus) -> None:
+        # Policies of one name may differ in their limit (a tier's): it is checked each time.
+        self.limit_id = policy.limit.id
+        self.name = _sf_string(policy.name)
+        self.item = b"%s;q=%d;w=%d" % (self.name, _sf_int(policy.quota), _sf_int(policy.window))
+        self.limit = (LIMIT, b"%d" % _sf_int(policy.capacity))
+        self.last: tuple[tuple[int, int, int], tuple[RawHeader, ...]] = ((-1, -1, -1), ())
+
+    def state(self, remaining: int, upcoming: float) -> bytes:
+        return b"%s;r=%d;t=%d" % (self.name, _sf_int(remaining), whole_seconds(upcoming))
 
 
 def text_headers(decision: Decision, style: HeaderStyle = "both") -> dict[str, str]:

@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
-from ._decision import Decision, FailurePolicy, PolicyCheck, PolicyStatus
+from ._decision import Decision, FailurePolicy, Policy, PolicyStatus
 from ._engine import Engine
 from ._errors import ConfigurationError
 from ._headers import HEADER_STYLES, HeaderRenderer
@@ -86,6 +86,10 @@ class RateLimiter:
             deny=deny,
         )
         self.header_style: HeaderStyle = headers
+        self.check: Callable[..., Checked | Awaitable[Checked]] = self.policy.check
+        """The one request path: ``limiter.check(scope, consume=True)`` answers a `Decision`,
+        an ``Access`` (the allow or deny list decided), or an awaitable of one. What the
+        middleware and the route-level doors call; bound once, since it runs per request."""
         #: the limiter's one header renderer (its caches are its own, and bounded)
         self.renderer = HeaderRenderer(headers)
 
@@ -110,12 +114,13 @@ class RateLimiter:
 
     async def hit(self, key: str, limits: LimitsLike, cost: float = 1) -> Decision:
         """Count one request of ``cost`` against every limit, all or nothing."""
-        return await _settled(self.engine.decide(self._direct_checks(key, limits, cost), None))
+        checks, policies = self._direct_checks(key, limits, cost)
+        return await _settled(self.engine.decide(checks, policies, None))
 
     async def peek(self, key: str, limits: LimitsLike, cost: float = 1) -> Decision:
         """What ``hit`` would answer now, consuming nothing; ``remaining`` is what is left now."""
-        checks = self._direct_checks(key, limits, cost)
-        return await _settled(self.engine.decide(checks, None, consume=False))
+        checks, policies = self._direct_checks(key, limits, cost)
+        return await _settled(self.engine.decide(checks, policies, None, consume=False))
 
     async def reset(self, key: str, limits: LimitsLike | None = None) -> None:
         """Give ``key`` its full quota back: for the direct-use ``limits``, or, when None,
@@ -131,20 +136,17 @@ class RateLimiter:
         use. ``identity_key`` is an `Identity.key` (``"user:42"``, ``"ip:203.0.113.7"``)."""
         await self.reset(identity_key)
 
-    def _direct_checks(self, key: str, limits: LimitsLike, cost: float) -> list[PolicyCheck]:
+    def _direct_checks(
+        self, key: str, limits: LimitsLike, cost: float
+    ) -> tuple[list[Check], list[Policy]]:
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, got {type(key).__name__}")
         cost = validate_cost(cost)
         # A limit listed twice (or spelled twice: "5/minute", "5/60s") is one limit, counted once.
         unique = dict.fromkeys(self.backend.validate_limit(limit) for limit in parse_limits(limits))
-        return [PolicyCheck(limit.text, Check(key, limit, cost)) for limit in unique]
+        return [Check(key, limit, cost) for limit in unique], [Policy(lim.text) for lim in unique]
 
     # -- HTTP ----------------------------------------------------------------------------------
-
-    def check(self, scope: Scope, *, consume: bool = True) -> Checked | Awaitable[Checked]:
-        """The one request path: a `Decision`, an `Access` (the lists decided), or an
-        awaitable of one. What the middleware and the route-level doors call."""
-        return self.policy.check(scope, consume)
 
     async def identify(self, scope: Scope) -> Identity:
         """The identity the limiter counts a request scope against."""

@@ -11,12 +11,12 @@ that fails in the limiter is logged once and the request goes on.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from ._decision import Decision
 from ._errors import ConfigurationError
-from ._headers import RawHeaders
+from ._headers import RawHeader
 from ._limiter import RateLimiter
 from ._log_once import LogOnce
 from .http._ledger import remember
@@ -105,14 +105,24 @@ class RateLimitMiddleware:
             if scope.get("method") == "OPTIONS" and not self.limit_preflights and _preflight(scope):
                 await self.app(scope, receive, send)
                 return
-            answer = self._answer(scope)
             checked: Decision | Access | None
+            answer: Decision | Access | Awaitable[Decision | Access] | None
+            try:
+                answer = self.limiter.check(scope)
+            except Exception as exc:
+                self._failed(exc)
+                answer = None
             if answer is None or isinstance(answer, (Decision, Access)):
                 checked = answer
             else:  # a coroutine only when one is needed
                 checked = await self._settled(answer)
             if isinstance(checked, Decision):
-                remember(scope, checked)
+                # remember(scope, checked), inlined: every request.
+                state = scope.get("state")
+                if state is None:
+                    scope["state"] = {"rate_limit": checked}
+                else:
+                    state["rate_limit"] = checked
                 if not checked.allowed:
                     await self._refuse(scope, receive, send, checked)
                     return
@@ -172,7 +182,7 @@ class RateLimitMiddleware:
                         return  # too late for another response; the server closes the connection
         await send_response(send, *self._responses.refusal(decision))
 
-    def _headers_of(self, decision: Decision) -> RawHeaders:
+    def _headers_of(self, decision: Decision) -> Sequence[RawHeader]:
         return self.limiter.renderer.render(decision)
 
     async def _custom(self, scope: Scope, decision: Decision) -> ASGIApp | None:
@@ -233,7 +243,9 @@ def _preflight(scope: Scope) -> bool:
     return b"origin" in names and b"access-control-request-method" in names
 
 
-def _adding_headers(send: Send, extra: RawHeaders, start: str = "http.response.start") -> Send:
+def _adding_headers(
+    send: Send, extra: Sequence[RawHeader], start: str = "http.response.start"
+) -> Send:
     """Wrap ``send`` to add ``extra`` headers to the ``start`` message; the rest passes as is."""
 
     # Not a coroutine function: it hands back send's own awaitable, so each message (every
@@ -246,7 +258,7 @@ def _adding_headers(send: Send, extra: RawHeaders, start: str = "http.response.s
     return send_with_headers
 
 
-def _merged(own: Iterable[Any] | None, extra: RawHeaders) -> list[Any]:
+def _merged(own: Iterable[Any] | None, extra: Sequence[RawHeader]) -> list[Any]:
     """The app's headers (of any iterable kind), then ours that the app did not set."""
     headers = list(own) if own else []
     set_by_app = set()

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 import trio
 from redis.crc import key_slot
 
-from asgi_ratelimit._decision import PolicyCheck
+from asgi_ratelimit._decision import Policy
 from asgi_ratelimit._errors import BackendError, ConfigurationError
 from asgi_ratelimit._limiter import RateLimiter
 from asgi_ratelimit._rates import Limit
@@ -116,10 +116,10 @@ async def test_one_limit_requests_get_their_rules_policy_during_an_outage(prefix
 async def test_policies_per_rule_login_fails_closed_search_fails_open(prefix: str) -> None:
     async with _nowhere(prefix) as backend:
         limiter = RateLimiter(backend=backend, on_backend_error="allow")
-        login = PolicyCheck("login", Check("ip:1", Limit("5/minute")), "deny")
-        search = PolicyCheck("search", Check("u:1", Limit("10/second")))
-        assert not (await settle(limiter.engine.decide([login, search], None))).allowed
-        assert (await settle(limiter.engine.decide([search], None))).allowed
+        login, search = Check("ip:1", Limit("5/minute")), Check("u:1", Limit("10/second"))
+        named = [Policy("login", "deny"), Policy("search")]
+        assert not (await settle(limiter.engine.decide([login, search], named, None))).allowed
+        assert (await settle(limiter.engine.decide([search], named[1:], None))).allowed
 
 
 async def test_server_killed_mid_traffic_and_restarted(

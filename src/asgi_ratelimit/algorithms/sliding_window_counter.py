@@ -21,6 +21,10 @@ from .base import NEVER, Outcome, State
 
 __all__ = ["decide"]
 
+#: Below this, ``floor(previous * (period - e) / period)`` in floats is the exact floor: the
+#: quotient is at least 1/period from the next integer, more than half its ulp.
+_EXACT_FLOOR = 2**52
+
 
 def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
     period = limit.period_us
@@ -47,11 +51,21 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
             # count changes on every request, so this is computed, not looked up.
             reset = 2 * period - elapsed - (period - 1) // current
             ttl = 2 * period - elapsed
+            if estimate == current - cost:
+                # No weight from the previous window: the current count weighs less, so more
+                # quota comes, 1 us into the next window (_more_quota_in, inlined).
+                more = period - elapsed + 1
+            else:
+                more = _more_quota_in(
+                    amount - estimate - cost, amount, current, previous, elapsed, period
+                )
         else:
             reset = _wait_until_fits(amount, amount, current, previous, elapsed, period)
             ttl = 2 * period - elapsed if current else period - elapsed
+            more = _more_quota_in(
+                amount - estimate - cost, amount, current, previous, elapsed, period
+            )
         remaining = amount - estimate - cost
-        more = _more_quota_in(remaining, amount, current, previous, elapsed, period)
         return Outcome(True, amount, remaining, reset, 0, 0, (window, current, previous), ttl, more)
     retry: float = NEVER
     if cost <= amount:
@@ -81,6 +95,8 @@ def _more_quota_in(
             at = period + 1 - -(-weight * period // previous)
             if at >= period:
                 return period - elapsed  # the previous count is gone when the window turns
+            if previous * period < _EXACT_FLOOR:
+                return at - elapsed  # the estimate's float floor is the exact floor here
             goal = amount - wanted
             if (
                 _estimate(current, previous, at, period) <= goal

@@ -88,34 +88,35 @@ class MemoryBackend:
             if now < self._last_now:
                 now = self._last_now
             self._last_now = now
-            if len(checks) == 1:
-                return Result([self._decide_one(checks[0], now, consume)], now)
-            return Result(self._decide_many(checks, now, consume), now)
-
-    def _decide_one(self, check: Check, now: int, consume: bool) -> Outcome:
-        # `_decide_many` for one check (the usual request): no pending map, no second pass.
-        key, limit, cost, budget = check
-        table_id = _table_id(limit, budget)
-        algorithm = limit.algorithm
-        table = self._young.get(table_id)
-        entry = None if table is None else table.get(key)
-        if entry is None:
-            state = self._old_state(table_id, algorithm, key, now, consume)
-        else:
-            state = _unpack(entry, now, _ARITY[algorithm])
-        outcome = DECIDERS[algorithm](state, now, limit, cost)
-        if not (cost and outcome.allowed):
-            return outcome
-        if not consume:  # it would pass; what is left now is what a cost of 0 leaves
-            return DECIDERS[algorithm](state, now, limit, 0)
-        if outcome.state is not None:
-            packed = _pack(outcome.state, now + outcome.ttl_us)
-            if entry is not None:
-                # Found in the young generation, and nothing has moved since: in place.
-                table[key] = packed  # type: ignore[index]
+            if len(checks) != 1:
+                return tuple.__new__(Result, (self._decide_many(checks, now, consume), now))
+            # One check (the usual request): no pending map, no second pass.
+            key, limit, cost, budget = checks[0]
+            table_id = f"{budget}\x1f{limit.id}" if budget else limit.id  # as _table_id
+            algorithm = limit.algorithm
+            table = self._young.get(table_id)
+            entry = None if table is None else table.get(key)
+            if entry is None:
+                state = self._old_state(table_id, algorithm, key, now, consume)
             else:
-                self._store(table_id, key, packed, now)
-        return outcome
+                state = _unpack(entry, now, _ARITY[algorithm])
+            outcome = DECIDERS[algorithm](state, now, limit, cost)
+            if cost and outcome.allowed:
+                if not consume:  # it would pass; what is left now is what a cost of 0 leaves
+                    outcome = DECIDERS[algorithm](state, now, limit, 0)
+                elif outcome.state is not None:
+                    packed = _pack(outcome.state, now + outcome.ttl_us)
+                    if entry is not None:
+                        # Found in the young generation, and nothing has moved since: in place.
+                        table[key] = packed  # type: ignore[index]
+                    else:  # _store, inlined
+                        table = self._young.get(table_id)  # _old_state may have moved things
+                        if table is not None and key in table:
+                            table[key] = packed
+                        else:
+                            self._insert(table_id, key, packed, now)
+            # Result(...) without NamedTuple's keyword handling: every request.
+            return tuple.__new__(Result, ([outcome], now))
 
     def _decide_many(self, checks: Sequence[Check], now: int, consume: bool) -> list[Outcome]:
         outcomes: list[Outcome] = []

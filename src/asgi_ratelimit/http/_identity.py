@@ -63,7 +63,12 @@ class IdentityResolver:
                 if isinstance(answer, Identity):
                     return answer
                 return self._identify_later(scope, index, answer)
-        return self._ip_identity(scope)
+        try:  # the client IP: every request that no source identified (most of them)
+            answer = self.ip(scope)
+        except Exception as exc:
+            self.log.error("client-ip", "ClientIP %r failed (%r)", self.ip, exc)
+            return Identity("ip:unknown", None, "ip")
+        return answer if isinstance(answer, Identity) else self._ip_identity_settled(answer)
 
     async def _identify_later(
         self, scope: Scope, index: int, pending: Awaitable[object]
@@ -83,14 +88,17 @@ class IdentityResolver:
 
     def _ip_identity(self, scope: Scope) -> Identity | Awaitable[Identity]:
         answer = self._ask(self.ip, scope)
-        if answer is None:
-            return Identity("ip:unknown", None, "ip")
-        if isinstance(answer, Identity):
-            return answer
-        return self._ip_identity_later(answer)
+        if answer is None or isinstance(answer, Identity):
+            return answer or Identity("ip:unknown", None, "ip")
+        return self._ip_identity_settled(answer)
 
-    async def _ip_identity_later(self, pending: Awaitable[object]) -> Identity:
-        return await self._settle(self.ip, pending) or Identity("ip:unknown", None, "ip")
+    async def _ip_identity_settled(self, answer: object) -> Identity:
+        if inspect.isawaitable(answer):
+            answer = await self._settle(self.ip, answer)
+        elif answer is not None:
+            self._wrong_type(self.ip, answer)
+            answer = None
+        return answer if isinstance(answer, Identity) else Identity("ip:unknown", None, "ip")
 
     def ip_key(self, scope: Scope) -> str:
         """The client-IP key (``ip:203.0.113.7``) whatever the identity: ``key="ip"`` rules."""

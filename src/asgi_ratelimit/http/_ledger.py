@@ -2,10 +2,10 @@
 
 The middleware decides a request's rules before the app runs; a route's dependency or
 decorator decides its own limits later, inside the app. A request refused by any door must
-cost nothing anywhere, so every admitted decision is written down in the request's state,
-and a refusal gives all of them back.
+cost nothing anywhere: the decision each door records in the request's state carries the
+charge of every door so far (a chain), and a refusal gives all of it back.
 
-    remember(scope, decision)          # request.state.rate_limit, and the ledger
+    remember(scope, decision)          # request.state.rate_limit
     earlier = decided(scope)           # what the doors before this one decided, or None
     await refund_all(scope)            # a later door refused: undo every earlier charge
 """
@@ -21,21 +21,16 @@ from .._log_once import LogOnce
 __all__ = ["decided", "refund_all", "remember"]
 
 Scope = MutableMapping[str, Any]
-#: The decisions whose charges a refusal must give back, in the request's state.
-_CHARGES = "asgi_ratelimit.charges"
 _log = LogOnce()
 
 
-def remember(scope: Scope, decision: Decision, charged: Decision | None = None) -> None:
-    """Put ``decision`` where handlers find it (``request.state.rate_limit``), and what was
-    ``charged`` (by default the decision itself) in the ledger of the request."""
+def remember(scope: Scope, decision: Decision) -> None:
+    """Put ``decision`` where handlers (and later doors) find it: ``request.state.rate_limit``."""
     state = scope.get("state")
     if state is None:
-        state = scope["state"] = {}
-    state["rate_limit"] = decision
-    charged = decision if charged is None else charged
-    if charged.charge is not None:
-        state.setdefault(_CHARGES, []).append(charged)
+        scope["state"] = {"rate_limit": decision}
+    else:
+        state["rate_limit"] = decision
 
 
 def decided(scope: Scope) -> Decision | None:
@@ -46,17 +41,16 @@ def decided(scope: Scope) -> Decision | None:
 
 
 async def refund_all(scope: Scope) -> None:
-    """Give back every charge the ledger holds: the request was refused after all."""
-    state = scope.get("state")
-    charges = state.pop(_CHARGES, []) if isinstance(state, MutableMapping) else []
-    for decision in charges:
-        charge = decision.charge
-        if charge is None:
-            continue
-        decision.charge = None
+    """Give back every charge of the request so far: it was refused after all."""
+    decision = decided(scope)
+    if decision is None:
+        return
+    charge, decision.charge = decision.charge, None
+    while charge is not None:
         try:
             pending = charge.refund()
             if pending is not None:
                 await pending
         except Exception as exc:  # a refund is owed, not vital: never fail the request on it
             _log.error(f"refund:{type(exc).__name__}", "refunding a request failed (%r)", exc)
+        charge = charge.earlier

@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import Literal, NamedTuple
 
-from .._decision import Decision, PolicyCheck
+from .._decision import Decision, Policy
 from .._engine import Engine
 from .._identity import Identity
 from .._rates import LimitsLike
@@ -107,13 +107,15 @@ class RequestPolicy:
     def _check_identified(
         self, scope: Scope, identity: Identity, consume: bool
     ) -> Checked | Awaitable[Checked]:
-        access = self.access(scope, identity)
-        if access is not None:
-            return access
+        if self._lists:
+            access = self.access(scope, identity)
+            if access is not None:
+                return access
         route = self.rules.route(scope)
+        if route.static_costs:  # every cost is a number: the usual request
+            checks, policies = self.checks(scope, identity, route)
+            return self.engine.decide(checks, policies, identity, consume)
         costs = self._costs(scope, route.rules)
-        if costs is None:  # every cost is a number: the usual request
-            return self.engine.decide(self.checks(scope, identity, route), identity, consume)
         return self._decide_later(scope, identity, route, costs, consume)
 
     async def _decide_later(
@@ -132,9 +134,8 @@ class RequestPolicy:
                 except Exception as exc:
                     cost = self._cost_failed(rule, exc)
             checked.append(self._valid_cost(rule, cost))
-        decision = self.engine.decide(
-            self.checks(scope, identity, route, checked), identity, consume
-        )
+        checks, policies = self.checks(scope, identity, route, checked)
+        decision = self.engine.decide(checks, policies, identity, consume)
         return await decision if inspect.isawaitable(decision) else decision
 
     def checks(
@@ -143,15 +144,26 @@ class RequestPolicy:
         identity: Identity,
         route: Route,
         costs: Sequence[float] | None = None,
-    ) -> list[PolicyCheck]:
-        """One `PolicyCheck` per limit of every rule of ``route`` (at ``costs``, per rule)."""
-        checks: list[PolicyCheck] = []
+    ) -> tuple[list[Check], Sequence[Policy]]:
+        """The `Check` of every limit of every rule of ``route`` (at ``costs``, per rule),
+        and their `Policy`, in the same order."""
+        checks: list[Check] = []
+        policies: Sequence[Policy] = ()
         ip_key = ""
-        for index, rule in enumerate(route.rules):
-            named = rule.limits_for(identity.tier, self.default_tier)
+        index = -1
+        for rule in route.rules:
+            index += 1
+            tiers = rule.tiers
+            tier = identity.tier
+            # Rule.tier_of, inlined: every request.
+            if None in tiers:
+                tier = None
+            elif tier is None or tier not in tiers:
+                tier = self.default_tier
+            named = tiers[tier]
             if not named:
                 continue  # a tier mapped to None is unlimited on this rule
-            cost = rule.static_cost if costs is None else costs[index]
+            cost: float = rule.static_cost if costs is None else costs[index]  # type: ignore[assignment]
             key = rule.key
             if key == "ip":
                 ip_key = ip_key or self.identities.ip_key(scope)
@@ -161,17 +173,15 @@ class RequestPolicy:
             else:
                 subject = identity.key
             budget = rule.budget if key != "path" else rule.budget_of(route.path)
-            on_error = rule.on_backend_error
-            for name, limit in named:
-                checks.append(PolicyCheck(name, Check(subject, limit, cost, budget), on_error))  # type: ignore[arg-type]
-        return checks
+            for _, limit in named:
+                # Check(...) without NamedTuple's keyword handling: every request.
+                checks.append(tuple.__new__(Check, (subject, limit, cost, budget)))
+            own = rule.policies[tier]
+            policies = (*policies, *own) if policies else own
+        return checks, policies
 
-    def _costs(
-        self, scope: Scope, rules: tuple[Rule, ...]
-    ) -> list[float | Awaitable[float]] | None:
-        """The costs of rules with a cost callable (None when every cost is a number)."""
-        if all(rule.static_cost is not None for rule in rules):
-            return None
+    def _costs(self, scope: Scope, rules: tuple[Rule, ...]) -> list[float | Awaitable[float]]:
+        """The cost of each rule: its number, or what its callable answers."""
         costs: list[float | Awaitable[float]] = []
         for rule in rules:
             if rule.static_cost is not None:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Literal, get_args
 
-from .._decision import FailurePolicy
+from .._decision import FailurePolicy, Policy
 from .._engine import validate_failure_policy
 from .._errors import ConfigurationError
 from .._rates import Limit, LimitsLike, parse_limits
@@ -66,6 +66,7 @@ class Rule:
         "name",
         "on_backend_error",
         "path",
+        "policies",
         "static_cost",
         "stop",
         "tiers",
@@ -84,6 +85,8 @@ class Rule:
     tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
     #: the name of the rule's budget in storage (its counts, apart from other rules')
     budget: str
+    #: tier -> the `Policy` of each of its limits, in order (as ``tiers``)
+    policies: dict[str | None, tuple[Policy, ...]]
 
     def __init__(
         self,
@@ -119,6 +122,10 @@ class Rule:
             else validate_failure_policy(on_backend_error, f"rule {self.name!r}: on_backend_error")
         )
         self.tiers = self._parse_tiers(limits)
+        self.policies = {
+            tier: tuple([Policy(name, self.on_backend_error) for name, _ in named])
+            for tier, named in self.tiers.items()
+        }
 
     def _parse_tiers(
         self, limits: LimitsLike | TieredLimits
@@ -162,10 +169,17 @@ class Rule:
 
     def limits_for(self, tier: str | None, default_tier: str) -> tuple[tuple[str, Limit], ...]:
         """The named limits for an identity's tier (the default tier's when it has none)."""
+        return self.tiers[self.tier_of(tier, default_tier)]
+
+    def policies_for(self, tier: str | None, default_tier: str) -> tuple[Policy, ...]:
+        """The `Policy` of each of `limits_for`'s limits, in order."""
+        return self.policies[self.tier_of(tier, default_tier)]
+
+    def tier_of(self, tier: str | None, default_tier: str) -> str | None:
+        """Which of the rule's tiers an identity's tier gets (None for an untiered rule)."""
         if None in self.tiers:
-            return self.tiers[None]
-        found = self.tiers.get(tier) if tier is not None else None
-        return found if found is not None else self.tiers.get(default_tier, ())
+            return None
+        return tier if tier is not None and tier in self.tiers else default_tier
 
     def budget_of(self, path: str) -> str:
         """The budget a request on ``path`` counts in (per path for ``key="path"``)."""

@@ -34,6 +34,8 @@ class Route(NamedTuple):
     method: str
     path: str
     rules: tuple[Rule, ...]
+    #: whether every rule's cost is a number (no cost callable to call per request)
+    static_costs: bool
 
 
 class RuleSet:
@@ -105,7 +107,9 @@ class RuleSet:
             method = str(method).upper()
         # A websocket handshake is a GET; HEAD shares GET's budget (Rule.matches).
         paths = route_paths(scope)
-        found = Route(method, paths[0], self._match(method, paths))
+        rules = self._match(method, paths)
+        static = all(rule.static_cost is not None for rule in rules)
+        found = Route(method, paths[0], rules, static)
         if isinstance(path, str) and len(path) <= _MAX_CACHED_PATH:
             if len(self._routes) >= _CACHE_SIZE:
                 # Clients choose paths (/items/1, /items/2, ...): start over rather than grow.

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._decision import Decision, FailurePolicy, PolicyCheck, PolicyStatus
+from .._decision import Decision, FailurePolicy, Policy, PolicyStatus
 from .._engine import validate_failure_policy
 from .._errors import ConfigurationError
 from .._headers import HeaderRenderer
@@ -115,8 +115,8 @@ class EndpointLimit:
         access = self.limiter.policy.access(scope, identity)
         if access is not None:
             return access
-        checks = await self.checks(request, identity)
-        own = self.limiter.engine.decide(checks, identity, consume)
+        checks, policies = await self.checks(request, identity)
+        own = self.limiter.engine.decide(checks, policies, identity, consume)
         if not isinstance(own, Decision):
             own = await own
         if not consume:
@@ -125,13 +125,19 @@ class EndpointLimit:
             await refund_all(scope)  # refused here: what the doors before took goes back
             return own
         before = earlier.policies if earlier is not None else ()
-        remember(scope, Decision.of((*before, *own.policies), identity), own)
+        combined = Decision.of((*before, *own.policies), identity)
+        if own.charge is not None:  # what this door took, then what the earlier ones took
+            earlier_charge = earlier.charge if earlier is not None else None
+            combined.charge = own.charge._replace(earlier=earlier_charge)
+        remember(scope, combined)
         state = scope["state"]
         state.setdefault(_ROUTE_POLICIES, []).extend(own.policies)
         return own
 
-    async def checks(self, request: Request, identity: Identity) -> list[PolicyCheck]:
-        """One `PolicyCheck` per limit, in the budget of the route (or of ``name``)."""
+    async def checks(
+        self, request: Request, identity: Identity
+    ) -> tuple[list[Check], list[Policy]]:
+        """One `Check` per limit, in the budget of the route (or of ``name``), and its name."""
         route_id, route_name = _route_of(request)
         cost = await self._cost(request)
         return self._checks(request.scope, identity, route_id, route_name, cost)
@@ -145,8 +151,8 @@ class EndpointLimit:
                 f"{self!r}: give it a name= to read its quota outside its route"
             )
         identity = await self.limiter.identify(scope)
-        checks = self._checks(scope, identity, self.name, self.name, 0)
-        decision = self.limiter.engine.decide(checks, identity, consume=False)
+        checks, policies = self._checks(scope, identity, self.name, self.name, 0)
+        decision = self.limiter.engine.decide(checks, policies, identity, consume=False)
         if not isinstance(decision, Decision):
             decision = await decision
         return decision.policies
@@ -158,24 +164,22 @@ class EndpointLimit:
         route_id: str,
         route_name: str,
         cost: float,
-    ) -> list[PolicyCheck]:
+    ) -> tuple[list[Check], list[Policy]]:
         if self.key == "global":
             subject = "*"
         elif self.key == "ip":
             subject = self.limiter.policy.identities.ip_key(scope)
         else:
             subject = identity.key
-        policy = self.policy_name(route_name)
+        name = self.policy_name(route_name)
         budget = f"route:{self.name or route_id}"
         many = len(self.limits) > 1
-        return [
-            PolicyCheck(
-                f"{policy} {limit.text}" if many else policy,
-                Check(subject, limit, cost, budget),
-                self.on_backend_error,
-            )
+        checks = [Check(subject, limit, cost, budget) for limit in self.limits]
+        policies = [
+            Policy(f"{name} {limit.text}" if many else name, self.on_backend_error)
             for limit in self.limits
         ]
+        return checks, policies
 
     def refusal(self, checked: Decision | Access) -> Response | None:
         """The response refusing the request (403, 429 or 413), or None to let it pass."""

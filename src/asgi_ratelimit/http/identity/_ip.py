@@ -28,6 +28,9 @@ _HEADERS: dict[str, str] = {
 #: anything past this is a client padding the header, and reading from the right means its
 #: padding is never even split.
 MAX_HOPS = 32
+# An IPv4 address exactly as `ipaddress` prints it: four decimal octets, no leading zeros.
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_CANONICAL_IPV4 = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
 #: Direct peers whose identity a ClientIP keeps.
 _PEER_CACHE_SIZE = 4096
 #: No address (with brackets and a port) is longer; longer entries are junk, not parsed.
@@ -111,7 +114,14 @@ class ClientIP:
                 host = client[0]
                 identity = peers.get(host)
                 if identity is None:
-                    identity = Identity(self.key_for(self.client_address(scope)), None, "ip")
+                    # A canonical IPv4 address (what servers put there) is its own key: no
+                    # address object to build for a new client.
+                    key = (
+                        "ip:" + host
+                        if _CANONICAL_IPV4.fullmatch(host)
+                        else self.key_for(self.client_address(scope))
+                    )
+                    identity = Identity(key, None, "ip")
                     if len(peers) >= _PEER_CACHE_SIZE:
                         peers.clear()  # bounded: start over rather than grow
                     peers[host] = identity
