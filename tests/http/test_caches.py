@@ -1,0 +1,67 @@
+"""Every cache of the request path belongs to one limiter, stays bounded whatever clients send,
+and never changes an answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgi_ratelimit import Decision, Limit, MemoryBackend, RateLimiter, Rule
+from asgi_ratelimit.http import _ruleset
+from asgi_ratelimit.http._responses import _BODY_CACHE, Responses
+from tests.conftest import FakeClock
+
+ALIGNED = 1_800_000_000.0
+
+
+def scope_of(path: str, peer: str = "203.0.113.1") -> dict[str, Any]:
+    return {"type": "http", "method": "GET", "path": path, "root_path": "", "headers": [],
+            "client": (peer, 1)}  # fmt: skip
+
+
+def test_the_route_cache_stays_bounded_and_right_under_endless_distinct_paths() -> None:
+    clock = FakeClock(ALIGNED)
+    limiter = RateLimiter(
+        backend=MemoryBackend(clock=clock),
+        rules=[Rule("/items/{id}", limits=Limit("3/minute", algorithm="fixed_window"), name="i")],
+    )
+    routes = limiter.policy.rules._routes
+    for n in range(3 * _ruleset._CACHE_SIZE):
+        checked = limiter.check(scope_of(f"/items/{n}", peer=f"198.51.100.{n % 200}"))
+        assert isinstance(checked, Decision) and checked.policy == "i"
+        assert len(routes) <= _ruleset._CACHE_SIZE
+    # After all that churn the rule still counts exactly.
+    answers = [limiter.check(scope_of("/items/x", peer="192.0.2.9")) for _ in range(4)]
+    assert [a.allowed for a in answers if isinstance(a, Decision)] == [True, True, True, False]
+
+
+def test_two_limiters_with_the_same_policy_names_keep_their_own_headers() -> None:
+    # The renderer is the limiter's own: one name, two limits, no thrashing or mix-up.
+    clock = FakeClock(ALIGNED)
+    small = RateLimiter(backend=MemoryBackend(clock=clock), rules=[Rule("/", limits="2/minute")])
+    large = RateLimiter(backend=MemoryBackend(clock=clock), rules=[Rule("/", limits="50/hour")])
+    for _ in range(3):
+        for limiter, policy in ((small, b'"/";q=2;w=60'), (large, b'"/";q=50;w=3600')):
+            decision = limiter.check(scope_of("/"))
+            assert isinstance(decision, Decision)
+            headers = dict(limiter.renderer.render(decision))
+            assert headers[b"ratelimit-policy"] == policy
+
+
+def test_refusal_bodies_are_cached_per_limiter_and_bounded() -> None:
+    clock = FakeClock(ALIGNED)
+    limiter = RateLimiter(
+        backend=MemoryBackend(clock=clock),
+        rules=[Rule("/", limits=Limit("1/day", algorithm="sliding_window_log"), name="d")],
+    )
+    responses = Responses(limiter.renderer)
+    assert isinstance(limiter.check(scope_of("/")), Decision)
+    seen = set()
+    for _ in range(2 * _BODY_CACHE):  # a new Retry-After every second: a new body each time
+        clock.advance(1)
+        decision = limiter.check(scope_of("/"))
+        assert isinstance(decision, Decision) and not decision.allowed
+        denial = responses.refusal(decision)
+        seen.add(denial.body)
+        assert f"retry in {decision.retry_after_header} seconds".encode() in denial.body
+        assert len(responses._bodies) <= _BODY_CACHE
+    assert len(seen) == 2 * _BODY_CACHE

@@ -1,0 +1,160 @@
+"""All or nothing across doors, `reset_identity` and `usage`: a real FastAPI app with the
+middleware's rules, route dependencies and a decorated route, on memory and on Redis."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import Depends, FastAPI, Request
+
+from asgi_ratelimit import Limit, MemoryBackend, RateLimiter, RateLimitMiddleware, Rule
+from asgi_ratelimit.backends import Backend
+from asgi_ratelimit.backends.redis import RedisBackend
+from tests.conftest import FakeClock
+
+PEER = "198.51.100.9"
+ALIGNED = 1_800_000_000.0  # a multiple of 60 and 3600: every window starts now
+
+
+def fixed(rate: str) -> Limit:
+    return Limit(rate, algorithm="fixed_window")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(ALIGNED)
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+async def backend(
+    request: pytest.FixtureRequest, clock: FakeClock, prefix: str
+) -> AsyncIterator[Backend]:
+    if request.param == "memory":
+        yield MemoryBackend(clock=clock)
+        return
+    url = request.getfixturevalue("redis_url")
+    async with RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0) as redis:
+        yield redis
+
+
+def scope_of(path: str, peer: str = PEER) -> dict[str, Any]:
+    return {"type": "http", "method": "GET", "path": path, "root_path": "", "headers": [],
+            "client": (peer, 1234)}  # fmt: skip
+
+
+def make_app(backend: Backend) -> tuple[FastAPI, RateLimiter]:
+    limiter = RateLimiter(
+        backend=backend,
+        rules=[Rule("/api/{name}", limits=fixed("5/minute"), name="api")],
+        default_limits=fixed("100/hour"),
+    )
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    export = limiter.limit(fixed("2/minute"), name="export")
+    heavy = limiter.limit(fixed("1/minute"), name="heavy")
+
+    @app.get("/api/export", dependencies=[Depends(export)])
+    async def export_route() -> dict[str, str]:
+        return {"ok": "export"}
+
+    # Two doors inside the app: the first admits, the second refuses.
+    @app.get("/api/both", dependencies=[Depends(export), Depends(heavy)])
+    async def both_route() -> dict[str, str]:
+        return {"ok": "both"}
+
+    @app.get("/api/plain")
+    async def plain() -> dict[str, str]:
+        return {"ok": "plain"}
+
+    @app.get("/api/decorated")
+    @limiter.limit_endpoint(fixed("1/minute"), name="decorated")
+    async def decorated(request: Request) -> dict[str, str]:  # a dict, as FastAPI routes return
+        return {"ok": "decorated"}
+
+    return app, limiter
+
+
+def client(app: FastAPI) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, client=(PEER, 50000))
+    return httpx.AsyncClient(transport=transport, base_url="http://testserver")
+
+
+async def remaining(limiter: RateLimiter, path: str) -> dict[str, int]:
+    return {status.name: status.remaining for status in await limiter.usage(scope_of(path))}
+
+
+async def test_a_dependency_refusal_costs_the_middlewares_rules_nothing(backend: Backend) -> None:
+    app, limiter = make_app(backend)
+    async with client(app) as http:
+        codes = [(await http.get("/api/export")).status_code for _ in range(4)]
+        assert codes == [200, 200, 429, 429]
+        # Two admitted requests were charged to the rule; the two refused ones were not.
+        assert await remaining(limiter, "/api/plain") == {"api": 3}
+        plain = await http.get("/api/plain")
+        assert plain.headers["x-ratelimit-remaining"] == "2"
+
+
+async def test_a_later_dependency_refusal_refunds_the_earlier_dependency(
+    backend: Backend,
+) -> None:
+    app, limiter = make_app(backend)
+    async with client(app) as http:
+        assert (await http.get("/api/both")).status_code == 200  # export 1 of 2, heavy 1 of 1
+        refused = await http.get("/api/both")  # export admits, heavy refuses: all given back
+        assert refused.status_code == 429
+        assert refused.json()["violated-policies"] == ["heavy"]
+        # export still has one left, so /api/export passes once more, then refuses.
+        assert [(await http.get("/api/export")).status_code for _ in range(2)] == [200, 429]
+        # The rule: /api/both once, /api/export once = 2 of 5 charged.
+        assert await remaining(limiter, "/api/plain") == {"api": 3}
+
+
+async def test_the_decorator_on_a_fastapi_dict_route_counts_and_refunds(
+    backend: Backend,
+) -> None:
+    app, limiter = make_app(backend)
+    async with client(app) as http:
+        first = await http.get("/api/decorated")
+        assert first.status_code == 200
+        assert first.json() == {"ok": "decorated"}
+        assert first.headers["ratelimit-policy"] == '"decorated";q=1;w=60, "api";q=5;w=60'
+        denied = await http.get("/api/decorated")
+        assert denied.status_code == 429
+        assert denied.json()["violated-policies"] == ["decorated"]
+        assert await remaining(limiter, "/api/plain") == {"api": 4}
+
+
+async def test_reset_identity_restores_rules_dependencies_and_defaults(
+    backend: Backend,
+) -> None:
+    app, limiter = make_app(backend)
+    async with client(app) as http:
+        assert [(await http.get("/api/export")).status_code for _ in range(3)] == [200, 200, 429]
+        assert (await http.get("/other")).headers["x-ratelimit-remaining"] == "99"
+        await limiter.reset_identity(f"ip:{PEER}")
+        # Every budget of the identity is whole again: the route's, the rule's, the default's.
+        export = await http.get("/api/export")
+        assert export.status_code == 200
+        assert export.headers["ratelimit"] == '"export";r=1;t=60, "api";r=4;t=60'
+        assert (await http.get("/other")).headers["x-ratelimit-remaining"] == "99"
+        # Another identity's budgets are untouched by it.
+        other = RateLimiter(backend=backend)  # same storage, any limiter
+        await other.reset_identity("ip:192.0.2.1")
+        assert await remaining(limiter, "/api/plain") == {"api": 4}
+
+
+async def test_usage_shows_every_applicable_policy_without_consuming(backend: Backend) -> None:
+    app, limiter = make_app(backend)
+    async with client(app) as http:
+        await http.get("/api/plain")
+    for _ in range(3):  # peeking never consumes
+        statuses = await limiter.usage(scope_of("/api/plain"))
+        assert [(s.name, s.quota, s.remaining) for s in statuses] == [("api", 5, 4)]
+    # A path no rule matches answers the default limits.
+    statuses = await limiter.usage(scope_of("/elsewhere"))
+    assert [(s.quota, s.window, s.remaining) for s in statuses] == [(100, 3600, 100)]
+    # Another client has its own budget.
+    assert [s.remaining for s in await limiter.usage(scope_of("/api/x", "192.0.2.5"))] == [5]
