@@ -90,7 +90,28 @@ class HeaderRenderer:
             if not policies:
                 return ()
             if len(policies) == 1:
-                return self._one(policies[0], decision)
+                # An admitted request of one policy (most responses): the policy's last
+                # headers when the numbers are the same. `_parts` and `whole_seconds`,
+                # inlined: every request.
+                policy = policies[0]
+                parts = self._policies.get(policy.name)
+                if parts is None or parts.limit_id != policy.limit.id:
+                    parts = self._parts(policy)
+                reset = policy.reset_after
+                upcoming = policy.next_after
+                numbers = (
+                    policy.remaining,
+                    math.ceil(reset) if 0 < reset < _SF_INTEGER_MAX else whole_seconds(reset),
+                    (
+                        math.ceil(upcoming)
+                        if 0 < upcoming < _SF_INTEGER_MAX
+                        else whole_seconds(upcoming)
+                    ),
+                )
+                last = parts.last
+                if last[0] == numbers:
+                    return last[1]
+                return self._one(parts, numbers)
         headers: list[RawHeader] = []
         if not decision.allowed:
             retry_after = decision.retry_after_header
@@ -103,27 +124,17 @@ class HeaderRenderer:
             headers.append((REMAINING, b"%d" % _sf_int(decision.remaining)))
             headers.append((RESET, b"%d" % whole_seconds(decision.reset_after)))
         if self._ietf:
-            parts = [self._parts(p) for p in policies]
-            headers.append((POLICY, b", ".join([part.item for part in parts])))
+            each = [self._parts(p) for p in policies]
+            headers.append((POLICY, b", ".join([part.item for part in each])))
             states = [
                 part.state(p.remaining, p.next_after)
-                for part, p in zip(parts, policies, strict=True)
+                for part, p in zip(each, policies, strict=True)
             ]
             headers.append((STATE, b", ".join(states)))
         return headers
 
-    def _one(self, policy: PolicyStatus, decision: Decision) -> Sequence[RawHeader]:
-        # An admitted request of one policy: `render`'s answer, from the policy's last one
-        # when the numbers are the same.
-        parts = self._parts(policy)
-        numbers = (
-            policy.remaining,
-            whole_seconds(policy.reset_after),
-            whole_seconds(policy.next_after),
-        )
-        last = parts.last
-        if last[0] == numbers:
-            return last[1]
+    def _one(self, parts: _Parts, numbers: tuple[int, int, int]) -> tuple[RawHeader, ...]:
+        """The headers of one admitted policy, remembered as its last."""
         remaining, reset, upcoming = numbers
         headers: tuple[RawHeader, ...] = ()
         if self._legacy:

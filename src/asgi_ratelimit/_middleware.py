@@ -11,7 +11,7 @@ that fails in the limiter is logged once and the request goes on.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from ._decision import Decision
@@ -252,23 +252,30 @@ def _adding_headers(
     # body chunk too) costs no coroutine of ours. ASGI callers only ever await it.
     def send_with_headers(message: Message) -> Awaitable[None]:
         if message["type"] == start:
-            message = {**message, "headers": _merged(message.get("headers"), extra)}
+            headers = list(message.get("headers") or ())  # any iterable: a generator too
+            for name, _ in headers:
+                lowered = (
+                    name if name.__class__ is bytes and name.islower() else bytes(name).lower()
+                )
+                if lowered in _SINGLE:  # the app set some of ours: it knows better
+                    headers = _merged(headers, extra, lowered)
+                    break
+            else:  # the usual case: the app set none of ours
+                headers.extend(extra)
+            message = {**message, "headers": headers}
         return send(message)
 
     return send_with_headers
 
 
-def _merged(own: Iterable[Any] | None, extra: Sequence[RawHeader]) -> list[Any]:
-    """The app's headers (of any iterable kind), then ours that the app did not set."""
-    headers = list(own) if own else []
-    set_by_app = set()
+def _merged(headers: list[Any], extra: Sequence[RawHeader], first: bytes) -> list[Any]:
+    """The app's ``headers``, then ours that the app did not set (``first`` is one it set):
+    a field it set stays its own, and the X-RateLimit trio goes as a unit."""
+    set_by_app = {first}
     for name, _ in headers:
         lowered = name if name.__class__ is bytes and name.islower() else bytes(name).lower()
         if lowered in _SINGLE:
             set_by_app.add(lowered)
-    if not set_by_app:  # the usual case: the app set none of ours
-        headers.extend(extra)
-        return headers
     skip = (set_by_app | _TRIO) if set_by_app & _TRIO else set_by_app
     headers.extend(header for header in extra if header[0] not in skip)
     return headers

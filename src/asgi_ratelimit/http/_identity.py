@@ -57,12 +57,13 @@ class IdentityResolver:
 
     def identify(self, scope: Scope) -> Identity | Awaitable[Identity]:
         """The request's identity: the first source that yields one, else the client IP's."""
-        for index, source in enumerate(self.sources):
-            answer = self._ask(source, scope)
-            if answer is not None:
-                if isinstance(answer, Identity):
-                    return answer
-                return self._identify_later(scope, index, answer)
+        if self.sources:  # none (the client IP alone) is the usual set-up: no loop to start
+            for index, source in enumerate(self.sources):
+                answer = self._ask(source, scope)
+                if answer is not None:
+                    if isinstance(answer, Identity):
+                        return answer
+                    return self._identify_later(scope, index, answer)
         try:  # the client IP: every request that no source identified (most of them)
             answer = self.ip(scope)
         except Exception as exc:
