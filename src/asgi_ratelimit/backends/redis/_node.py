@@ -95,7 +95,7 @@ class Node:
         except ReplyError as exc:  # the handshake was refused
             self.failed(str(exc), fix_for(exc, self.server))
             raise BackendError(f"Redis at {self.name} refused the login: {exc}") from exc
-        if reply.__class__ is ReplyError:
+        if isinstance(reply, ReplyError):
             if str(reply).startswith(_UNAVAILABLE):
                 self.failed(str(reply))
                 raise BackendError(f"Redis at {self.name} cannot serve now: {reply}")
@@ -195,7 +195,7 @@ class Node:
         """``command`` on a fresh or open connection, whatever the breaker says (probes,
         start-up); `ReplyError` and `ConnectionLost` are raised as they come."""
         reply = await _write(await self.connect(), command, False)
-        if reply.__class__ is ReplyError:
+        if isinstance(reply, ReplyError):
             raise reply
         return reply
 
