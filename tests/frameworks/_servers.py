@@ -1,0 +1,86 @@
+"""Real ASGI servers as subprocesses on free 127.0.0.1 ports, ready when they answer HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import httpx
+
+__all__ = ["ROOT", "SERVERS", "command", "serve"]
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+SERVERS = ("uvicorn-asyncio", "uvicorn-uvloop", "hypercorn", "granian")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def command(server: str, target: str, port: int, root_path: str | None) -> list[str]:
+    """The command line that serves ``target`` (``module:attr``) with ``server``."""
+    if server.startswith("uvicorn-"):
+        loop = server.removeprefix("uvicorn-")
+        cmd = [sys.executable, "-m", "uvicorn", target, "--host", "127.0.0.1"]
+        cmd += ["--port", str(port), "--loop", loop, "--no-access-log", "--log-level", "warning"]
+        return cmd + (["--root-path", root_path] if root_path else [])
+    if server == "hypercorn":
+        cmd = [sys.executable, "-m", "hypercorn", target, "--bind", f"127.0.0.1:{port}"]
+        cmd += ["--log-level", "warning"]
+        return cmd + (["--root-path", root_path] if root_path else [])
+    if server == "granian":
+        cmd = [str(BIN / "granian"), "--interface", "asgi", "--host", "127.0.0.1"]
+        cmd += ["--port", str(port), "--workers", "1", "--log-level", "warning"]
+        cmd += ["--no-ws", target]
+        return cmd + (["--url-path-prefix", root_path] if root_path else [])
+    raise ValueError(server)
+
+
+@contextmanager
+def serve(server: str, target: str, root_path: str | None = None) -> Iterator[str]:
+    """Run ``server`` on ``target`` until the block ends; yield its base URL."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        command(server, target, port, root_path),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # one process group: granian's workers go with it
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{server} exited: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            try:
+                # No rule matches /ready: it is never counted (default_limits is None).
+                httpx.get(url + "/ready", timeout=1)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{server} did not answer on {url} in 20 s") from None
+                time.sleep(0.05)
+        yield url
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+        if process.stderr is not None:
+            process.stderr.close()
