@@ -10,9 +10,9 @@ from asgi_ratelimit import RateLimiter, RateLimitMiddleware, Rule
 COOKIE = "framework={name}; Path=/"
 
 
-def limited(app: Any) -> RateLimitMiddleware:
+def limited(app: Any, **options: Any) -> RateLimitMiddleware:
     """``app`` behind the middleware with the two rules the matrix checks."""
     limiter = RateLimiter(
         rules=[Rule("/limited", limits="3/minute"), Rule("/files/{name}", limits="2/minute")]
     )
-    return RateLimitMiddleware(app, limiter=limiter)
+    return RateLimitMiddleware(app, limiter=limiter, **options)

@@ -40,4 +40,5 @@ async def file(request: HttpRequest, name: str) -> HttpResponse:
 
 
 urlpatterns = [path("limited", ok), path("files/<str:name>", file)]
-app = limited(get_asgi_application())
+framework_app = get_asgi_application()
+app = limited(framework_app)

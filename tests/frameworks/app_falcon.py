@@ -22,7 +22,7 @@ class File:
         resp.text = name
 
 
-falcon_app = falcon.asgi.App()
-falcon_app.add_route("/limited", Limited())
-falcon_app.add_route("/files/{name}", File())
-app = limited(falcon_app)
+framework_app = falcon.asgi.App()
+framework_app.add_route("/limited", Limited())
+framework_app.add_route("/files/{name}", File())
+app = limited(framework_app)

@@ -7,19 +7,19 @@ from fastapi.responses import PlainTextResponse
 
 from tests.frameworks._limits import COOKIE, limited
 
-api = FastAPI()
+framework_app = FastAPI()
 
 
-@api.get("/limited", response_class=PlainTextResponse)
+@framework_app.get("/limited", response_class=PlainTextResponse)
 async def ok(response: Response) -> str:
     response.headers["set-cookie"] = COOKIE.format(name="fastapi")
     return "ok"
 
 
-@api.get("/files/{name}", response_class=PlainTextResponse)
+@framework_app.get("/files/{name}", response_class=PlainTextResponse)
 async def file(name: str, response: Response) -> str:
     response.headers["set-cookie"] = COOKIE.format(name="fastapi")
     return name
 
 
-app = limited(api)
+app = limited(framework_app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from litestar import Litestar, Response, get
+from litestar.params import FromPath
 
 from tests.frameworks._limits import COOKIE, limited
 
@@ -15,10 +16,11 @@ def ok() -> Response[str]:
 
 
 @get("/files/{name:str}", sync_to_thread=False)
-def file(name: str) -> Response[str]:
+def file(name: FromPath[str]) -> Response[str]:
     return Response(
         name, media_type="text/plain", headers={"set-cookie": COOKIE.format(name="litestar")}
     )
 
 
-app = limited(Litestar(route_handlers=[ok, file]))
+framework_app = Litestar(route_handlers=[ok, file])
+app = limited(framework_app)

@@ -6,21 +6,21 @@ from quart import Quart, Response
 
 from tests.frameworks._limits import COOKIE, limited
 
-quart_app = Quart(__name__)
+framework_app = Quart(__name__)
 
 
-@quart_app.get("/limited")
+@framework_app.get("/limited")
 async def ok() -> Response:
     return Response(
         "ok", content_type="text/plain", headers={"set-cookie": COOKIE.format(name="quart")}
     )
 
 
-@quart_app.get("/files/<name>")
+@framework_app.get("/files/<name>")
 async def file(name: str) -> Response:
     return Response(
         name, content_type="text/plain", headers={"set-cookie": COOKIE.format(name="quart")}
     )
 
 
-app = limited(quart_app)
+app = limited(framework_app)

@@ -20,4 +20,5 @@ async def file(request: Request) -> PlainTextResponse:
     )
 
 
-app = limited(Starlette(routes=[Route("/limited", ok), Route("/files/{name}", file)]))
+framework_app = Starlette(routes=[Route("/limited", ok), Route("/files/{name}", file)])
+app = limited(framework_app)

@@ -1,0 +1,159 @@
+"""What ``on_limited`` may return on each framework, and apps of the older ASGI shapes.
+
+In process (``httpx.ASGITransport``): these are about what the middleware does with what the
+app or the hook hands it, not about the server.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from asgi_ratelimit import Decision
+from tests.frameworks._limits import limited
+
+SLOW_DOWN = (429, {"content-type": "text/plain", "x-hook": "tuple"}, b"slow down")
+
+
+def _framework_app(name: str) -> Any:
+    return importlib.import_module(f"tests.frameworks.app_{name}").framework_app
+
+
+async def _get_limited(app: Any, times: int) -> list[httpx.Response]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+        return [await http.get("/limited") for _ in range(times)]
+
+
+def _assert_default_refusal(response: httpx.Response) -> None:
+    assert response.status_code == 429
+    assert response.headers["content-type"] == "application/problem+json"
+    assert 1 <= int(response.headers["retry-after"]) <= 60
+    assert response.json()["status"] == 429
+
+
+@pytest.mark.parametrize(
+    "framework", ["starlette", "fastapi", "litestar", "quart", "falcon", "django"]
+)
+async def test_a_tuple_from_on_limited_answers_on_every_framework(framework: str) -> None:
+    app = limited(_framework_app(framework), on_limited=lambda scope, decision: SLOW_DOWN)
+    responses = await _get_limited(app, 4)
+    assert [r.status_code for r in responses] == [200, 200, 200, 429]
+    refused = responses[3]
+    assert refused.text == "slow down"
+    assert refused.headers["content-type"] == "text/plain"
+    assert refused.headers["x-hook"] == "tuple"
+    assert refused.headers["content-length"] == "9"
+    assert 1 <= int(refused.headers["retry-after"]) <= 60  # ours, added to the hook's
+    assert refused.headers["x-ratelimit-remaining"] == "0"
+
+
+@pytest.mark.parametrize("framework", ["starlette", "fastapi"])
+async def test_a_starlette_response_from_on_limited_is_sent(framework: str) -> None:
+    from starlette.responses import PlainTextResponse
+
+    def on_limited(scope: Any, decision: Decision) -> PlainTextResponse:
+        return PlainTextResponse(f"wait {decision.retry_after_header}", status_code=429)
+
+    app = limited(_framework_app(framework), on_limited=on_limited)
+    refused = (await _get_limited(app, 4))[3]
+    assert refused.status_code == 429
+    assert refused.text == f"wait {refused.headers['retry-after']}"
+    assert refused.headers["content-type"] == "text/plain; charset=utf-8"
+    assert refused.headers["x-ratelimit-limit"] == "3"
+
+
+def _litestar_response() -> Any:
+    from litestar import Response
+
+    return Response("slow down", status_code=429)
+
+
+def _quart_response() -> Any:
+    from quart import Response
+
+    return Response("slow down", status=429)
+
+
+def _django_response() -> Any:
+    from django.http import HttpResponse
+
+    return HttpResponse("slow down", status=429)
+
+
+@pytest.mark.parametrize(
+    ("framework", "make_response", "type_name"),
+    [
+        ("litestar", _litestar_response, "Response"),
+        ("quart", _quart_response, "Response"),
+        ("django", _django_response, "HttpResponse"),
+    ],
+)
+async def test_a_framework_response_that_is_not_asgi_is_logged_once_and_refused_as_default(
+    framework: str,
+    make_response: Callable[[], Any],
+    type_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Litestar's, Quart's and Django's Response objects are not ASGI apps: the middleware
+    # cannot send them, says so once, and answers its own 429 (never a 500).
+    app = limited(_framework_app(framework), on_limited=lambda scope, decision: make_response())
+    with caplog.at_level(logging.ERROR, logger="asgi_ratelimit"):
+        responses = await _get_limited(app, 6)
+    assert [r.status_code for r in responses] == [200, 200, 200, 429, 429, 429]
+    for refused in responses[3:]:
+        _assert_default_refusal(refused)
+    records = [r for r in caplog.records if r.name == "asgi_ratelimit"]
+    assert len(records) == 1
+    assert f"on_limited returned a {type_name}," in records[0].getMessage()
+
+
+class ASGI2App:
+    """An ASGI 2 (double-callable) app: instantiated with the scope, then called."""
+
+    def __init__(self, scope: dict[str, Any]) -> None:
+        self.scope = scope
+
+    async def __call__(self, receive: Any, send: Any) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/plain"), (b"set-cookie", b"v=2")],
+            }
+        )
+        await send({"type": "http.response.body", "body": self.scope["path"].encode()})
+
+
+async def test_an_asgi2_app_behind_the_middleware_is_served_and_limited() -> None:
+    responses = await _get_limited(limited(ASGI2App), 4)
+    assert [r.status_code for r in responses] == [200, 200, 200, 429]
+    for response, left in zip(responses[:3], ("2", "1", "0"), strict=True):
+        assert response.text == "/limited"
+        assert response.headers["set-cookie"] == "v=2"
+        assert response.headers["content-type"] == "text/plain"
+        assert response.headers["x-ratelimit-remaining"] == left
+    _assert_default_refusal(responses[3])
+
+
+async def _generator_headers_app(scope: Any, receive: Any, send: Any) -> None:
+    # Sanic passes its headers as a generator: any iterable is allowed by the ASGI spec.
+    def headers() -> Iterator[tuple[bytes, bytes]]:
+        yield b"content-type", b"text/plain"
+        yield b"set-cookie", b"gen=1"
+
+    await send({"type": "http.response.start", "status": 200, "headers": headers()})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def test_headers_given_as_a_generator_survive_beside_ours() -> None:
+    response = (await _get_limited(limited(_generator_headers_app), 1))[0]
+    assert response.status_code == 200
+    assert response.headers["set-cookie"] == "gen=1"
+    assert response.headers["content-type"] == "text/plain"
+    assert response.headers["x-ratelimit-remaining"] == "2"
