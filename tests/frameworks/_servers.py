@@ -47,10 +47,15 @@ def command(server: str, target: str, port: int, root_path: str | None) -> list[
 
 
 @contextmanager
-def serve(server: str, target: str, root_path: str | None = None) -> Iterator[str]:
-    """Run ``server`` on ``target`` until the block ends; yield its base URL."""
+def serve(
+    server: str, target: str, root_path: str | None = None, path: Path | None = None
+) -> Iterator[str]:
+    """Run ``server`` on ``target`` until the block ends; yield its base URL.
+
+    ``target`` is imported from the repository root, or from ``path`` when given.
+    """
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, filter(None, [path, ROOT])))}
     process = subprocess.Popen(
         command(server, target, port, root_path),
         cwd=ROOT,
