@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -56,36 +57,41 @@ def serve(
     """
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, filter(None, [path, ROOT])))}
-    process = subprocess.Popen(
-        command(server, target, port, root_path),
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # one process group: granian's workers go with it
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{server} exited: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-            try:
-                # No rule matches /ready: it is never counted (default_limits is None).
-                httpx.get(url + "/ready", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{server} did not answer on {url} in 20 s") from None
-                time.sleep(0.05)
-        yield url
-    finally:
-        with suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
+    # A file, not a pipe: a server that logs a lot never blocks on a pipe nobody reads.
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            command(server, target, port, root_path),
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # one process group: granian's workers go with it
+        )
+
+        def output() -> str:
+            log.seek(0)
+            return log.read().decode(errors="replace")[-2000:]
+
+        url = f"http://127.0.0.1:{port}"
         try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
-        if process.stderr is not None:
-            process.stderr.close()
+            deadline = time.monotonic() + 20
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"{server} exited ({process.returncode}):\n{output()}")
+                try:
+                    # No rule matches /ready: it is never counted (default_limits is None).
+                    httpx.get(url + "/ready", timeout=1)
+                    break
+                except httpx.TransportError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{server} silent for 20 s:\n{output()}") from None
+                    time.sleep(0.05)
+            yield url
+        finally:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(5)
