@@ -52,6 +52,10 @@ def test_very_long_paths_are_cut_not_rejected() -> None:
         ({"path": "/api", "root_path": "/api"}, ("/", "/api")),
         ({"path": "/apix/items", "root_path": "/api"}, ("/apix/items", "/api/apix/items")),
         ({"path": "/items", "root_path": ""}, ("/items",)),
+        # A trailing slash on root_path (granian passes its prefix as given) changes nothing.
+        ({"path": "/api/v1/items", "root_path": "/api/"}, ("/v1/items", "/api/v1/items")),
+        ({"path": "/v1/items", "root_path": "/api//"}, ("/v1/items", "/api/v1/items")),
+        ({"path": "/items", "root_path": "/"}, ("/items",)),
         ({"path": "/Items/", "raw_path": b"/Items/"}, ("/items",)),
         # Only raw_path: decoded once.
         ({"raw_path": b"/auth/%6Cogin?x=1"}, ("/auth/login",)),

@@ -9,9 +9,11 @@ from typing import Any
 import falcon
 import falcon.asgi
 import httpx
+import pytest
 from django.test.utils import override_settings
 
 from tests.frameworks._limits import limited
+from tests.frameworks._servers import serve
 from tests.frameworks.app_django import framework_app as django_app
 from tests.frameworks.app_falcon import File, Limited
 
@@ -48,3 +50,17 @@ async def test_falcon_routes_with_the_prefix_are_limited_by_rules_without_it() -
     assert statuses == [200, 200, 200, 429, 429]
     files = await _statuses(limited(app), "/api/files/a", root_path="/api", times=3)
     assert files == [200, 200, 429]
+
+
+@pytest.mark.parametrize("framework", ["litestar", "quart"])
+def test_a_root_path_with_a_trailing_slash_is_limited(framework: str) -> None:
+    # Regression: granian passes --url-path-prefix "/api/" as root_path verbatim; Litestar
+    # and Quart still serve "/api/limited" as "/limited", and the rule used to miss it
+    # (5 x 200, no rate-limit headers).
+    with (
+        serve("granian", f"tests.frameworks.app_{framework}:app", root_path="/api/") as url,
+        httpx.Client(base_url=url, timeout=5) as http,
+    ):
+        responses = [http.get("/api/limited") for _ in range(5)]
+    assert [r.status_code for r in responses] == [200, 200, 200, 429, 429]
+    assert [r.headers["x-ratelimit-remaining"] for r in responses] == ["2", "1", "0", "0", "0"]

@@ -79,7 +79,9 @@ def route_paths(scope: Mapping[str, Any]) -> tuple[str, ...]:
     if path is None:
         path = "/"
     root = scope.get("root_path")
-    root = root if isinstance(root, str) and root not in ("", "/") else ""
+    # "/api/" is "/api": granian passes --url-path-prefix as given, and Litestar and Quart
+    # strip it either way, so "/api/limited" is their "/limited".
+    root = root.rstrip("/") if isinstance(root, str) else ""
     spellings = [_without_root(path, root)] if root else [path]
     if root:
         under_root = path == root or path.startswith(root + "/")
