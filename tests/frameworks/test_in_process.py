@@ -1,14 +1,16 @@
-"""What ``on_limited`` may return on each framework, and apps of the older ASGI shapes.
+"""What ``on_limited`` may return on each framework.
 
 In process (``httpx.ASGITransport``): these are about what the middleware does with what the
-app or the hook hands it, not about the server.
+hook hands it, not about the server. Apps of other ASGI shapes (headers as a generator, ASGI 2)
+are covered in tests/http/test_asgi_shapes.py, and an ASGI 2 app over the wire in
+test_servers.py.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -111,49 +113,3 @@ async def test_a_framework_response_that_is_not_asgi_is_logged_once_and_refused_
     records = [r for r in caplog.records if r.name == "asgi_ratelimit"]
     assert len(records) == 1
     assert f"on_limited returned a {type_name}," in records[0].getMessage()
-
-
-class ASGI2App:
-    """An ASGI 2 (double-callable) app: instantiated with the scope, then called."""
-
-    def __init__(self, scope: dict[str, Any]) -> None:
-        self.scope = scope
-
-    async def __call__(self, receive: Any, send: Any) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"text/plain"), (b"set-cookie", b"v=2")],
-            }
-        )
-        await send({"type": "http.response.body", "body": self.scope["path"].encode()})
-
-
-async def test_an_asgi2_app_behind_the_middleware_is_served_and_limited() -> None:
-    responses = await _get_limited(limited(ASGI2App), 4)
-    assert [r.status_code for r in responses] == [200, 200, 200, 429]
-    for response, left in zip(responses[:3], ("2", "1", "0"), strict=True):
-        assert response.text == "/limited"
-        assert response.headers["set-cookie"] == "v=2"
-        assert response.headers["content-type"] == "text/plain"
-        assert response.headers["x-ratelimit-remaining"] == left
-    _assert_default_refusal(responses[3])
-
-
-async def _generator_headers_app(scope: Any, receive: Any, send: Any) -> None:
-    # Sanic passes its headers as a generator: any iterable is allowed by the ASGI spec.
-    def headers() -> Iterator[tuple[bytes, bytes]]:
-        yield b"content-type", b"text/plain"
-        yield b"set-cookie", b"gen=1"
-
-    await send({"type": "http.response.start", "status": 200, "headers": headers()})
-    await send({"type": "http.response.body", "body": b"ok"})
-
-
-async def test_headers_given_as_a_generator_survive_beside_ours() -> None:
-    response = (await _get_limited(limited(_generator_headers_app), 1))[0]
-    assert response.status_code == 200
-    assert response.headers["set-cookie"] == "gen=1"
-    assert response.headers["content-type"] == "text/plain"
-    assert response.headers["x-ratelimit-remaining"] == "2"

@@ -25,6 +25,7 @@ from tests.frameworks._servers import SERVERS, serve
 FRAMEWORKS = ("starlette", "fastapi", "litestar", "quart", "falcon", "django")
 #: The content-type each framework gives our text/plain handlers.
 CONTENT_TYPE = {
+    "asgi2": "text/plain",
     "starlette": "text/plain; charset=utf-8",
     "fastapi": "text/plain; charset=utf-8",
     "litestar": "text/plain; charset=utf-8",
@@ -76,7 +77,9 @@ def _client(url: str) -> httpx.Client:
     return httpx.Client(base_url=url, timeout=5)
 
 
-def _assert_limited_run(responses: list[httpx.Response], status: int, framework: str) -> None:
+def _assert_limited_run(
+    responses: list[httpx.Response], status: int, framework: str, body: str = "ok"
+) -> None:
     """Three answered by the app with our headers and its own, then two refused by us."""
     assert [r.status_code for r in responses] == [status] * 3 + [429] * 2
     for response, left in zip(responses[:3], ("2", "1", "0"), strict=True):
@@ -85,7 +88,7 @@ def _assert_limited_run(responses: list[httpx.Response], status: int, framework:
         if status == 200:
             assert response.headers["content-type"] == CONTENT_TYPE[framework]
             assert response.headers.get_list("set-cookie") == [f"framework={framework}; Path=/"]
-            assert response.text == "ok"
+            assert response.text == body
     for refused in responses[3:]:
         assert refused.headers["content-type"] == "application/problem+json"
         assert 1 <= int(refused.headers["retry-after"]) <= 60
@@ -114,3 +117,13 @@ def test_rule_applies_behind_a_root_path(deployment: Deployment) -> None:
     with _client(deployment.rooted_url) as http:
         responses = [http.get(deployment.rooted_target) for _ in range(5)]
     _assert_limited_run(responses, deployment.rooted_status, deployment.framework)
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_an_asgi2_app_behind_the_middleware_over_the_wire(server: str) -> None:
+    with (
+        serve(server, "tests.frameworks.app_asgi2:app") as url,
+        _client(url) as http,
+    ):
+        responses = [http.get("/limited") for _ in range(5)]
+    _assert_limited_run(responses, 200, "asgi2", body="/limited")
