@@ -34,7 +34,12 @@ PUBLIC = {
 
 # Layers, lowest first: a module may import its own layer's modules and lower ones only.
 LAYERS = [
-    ("asgi_ratelimit._errors", "asgi_ratelimit._clock", "asgi_ratelimit._log_once"),
+    (
+        "asgi_ratelimit._errors",
+        "asgi_ratelimit._clock",
+        "asgi_ratelimit._log_once",
+        "asgi_ratelimit._named",
+    ),
     ("asgi_ratelimit._rates",),
     ("asgi_ratelimit.algorithms",),
     ("asgi_ratelimit._identity", "asgi_ratelimit._headers", "asgi_ratelimit.backends"),

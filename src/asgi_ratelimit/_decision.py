@@ -195,19 +195,22 @@ def decide_from(
 ) -> Decision:
     """The decision of ``policies`` from the backend's ``outcomes`` for their ``checks``."""
     if len(outcomes) == 1:  # one policy: it binds (Decision.of, without its loop)
-        name = policies[0].name
-        limit = checks[0].limit
         outcome = outcomes[0]
+        limit = checks[0].limit
         remaining = outcome.remaining
         if outcome.allowed and remaining.__class__ is int and 0 <= remaining <= limit.burst:
-            # `_status` of an admitted whole count (every request of a whole cost), inlined.
+            # `_status` of an admitted whole count (every request of a whole cost), and the
+            # Decision of that one status, inlined: every request.
+            name = policies[0].name
             reset = outcome.reset_us / 1_000_000
             delay = outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0
             status = PolicyStatus(
                 name, limit, True, remaining, reset, 0.0, outcome.next_us / 1_000_000, delay
             )
-        else:
-            status = _status(name, limit, outcome)
+            return Decision(
+                True, limit.burst, remaining, reset, 0.0, delay, name, identity, (status,), charge
+            )
+        status = _status(policies[0].name, limit, outcome)
         decision = Decision(
             status.allowed,
             limit.burst,
@@ -215,7 +218,7 @@ def decide_from(
             status.reset_after,
             status.retry_after,
             status.delay,
-            name,
+            status.name,
             identity,
             (status,),
         )

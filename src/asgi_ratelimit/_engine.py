@@ -19,9 +19,17 @@ import logging
 from collections.abc import Awaitable, Sequence
 from typing import get_args
 
-from ._decision import Charge, Decision, FailurePolicy, Policy, PolicyStatus, decide_from
+from ._decision import (
+    Charge,
+    Decision,
+    FailurePolicy,
+    Policy,
+    PolicyStatus,
+    decide_from,
+)
 from ._errors import BackendError, ConfigurationError
 from ._identity import Identity
+from ._named import new_named
 from .backends._memory import MemoryBackend
 from .backends._protocol import Backend, Check, Result
 
@@ -68,8 +76,7 @@ class Engine:
             return self._in_outage(checks, policies, identity, consume, exc)
         if isinstance(result, Result):
             outcomes, at = result
-            # Charge(...) without NamedTuple's keyword handling: every request.
-            charge = tuple.__new__(Charge, (self.backend, checks, at, None)) if consume else None
+            charge = new_named(Charge, (self.backend, checks, at, None)) if consume else None
             return decide_from(policies, checks, outcomes, identity, charge)
         return self._awaiting(result, checks, policies, identity, consume)
 
@@ -136,7 +143,7 @@ class Engine:
 
 def _charge(backend: Backend, checks: Sequence[Check], at: object) -> Charge:
     # Charge(backend, checks, at) without NamedTuple's keyword handling: once per request.
-    return tuple.__new__(Charge, (backend, checks, at, None))
+    return new_named(Charge, (backend, checks, at, None))
 
 
 def validate_failure_policy(value: object, what: str) -> FailurePolicy:

@@ -18,7 +18,8 @@ from ._engine import Engine
 from ._errors import ConfigurationError
 from ._headers import HEADER_STYLES, HeaderRenderer
 from ._identity import Identity
-from ._rates import LimitsLike, parse_limits
+from ._named import new_named
+from ._rates import Limit, LimitsLike, parse_limits
 from .backends._memory import MemoryBackend
 from .backends._protocol import Backend, Check
 from .http._policy import Checked, RequestPolicy
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 __all__ = ["RateLimiter"]
 
 _T = TypeVar("_T")
+
+#: how many direct-use limit specs a limiter keeps parsed (an app uses a handful)
+_DIRECT_LIMITS_CACHED = 256
 
 
 class RateLimiter:
@@ -92,6 +96,7 @@ class RateLimiter:
         middleware and the route-level doors call; bound once, since it runs per request."""
         #: the limiter's one header renderer (its caches are its own, and bounded)
         self.renderer = HeaderRenderer(headers)
+        self._direct_limits: dict[str | Limit, tuple[tuple[Limit, ...], tuple[Policy, ...]]] = {}
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -138,13 +143,23 @@ class RateLimiter:
 
     def _direct_checks(
         self, key: str, limits: LimitsLike, cost: float
-    ) -> tuple[list[Check], list[Policy]]:
+    ) -> tuple[list[Check], tuple[Policy, ...]]:
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, got {type(key).__name__}")
         cost = validate_cost(cost)
-        # A limit listed twice (or spelled twice: "5/minute", "5/60s") is one limit, counted once.
-        unique = dict.fromkeys(self.backend.validate_limit(limit) for limit in parse_limits(limits))
-        return [Check(key, limit, cost) for limit in unique], [Policy(lim.text) for lim in unique]
+        # Direct use repeats the same few specs: parse and validate each once per limiter.
+        hashable = isinstance(limits, (str, Limit))
+        parsed = self._direct_limits.get(limits) if hashable else None  # type: ignore[arg-type]
+        if parsed is None:
+            # A limit listed twice (or spelled twice: "5/minute", "5/60s") counts once.
+            unique = tuple(dict.fromkeys(map(self.backend.validate_limit, parse_limits(limits))))
+            parsed = unique, tuple(Policy(limit.text) for limit in unique)
+            if hashable:
+                if len(self._direct_limits) >= _DIRECT_LIMITS_CACHED:
+                    self._direct_limits.clear()
+                self._direct_limits[limits] = parsed  # type: ignore[index]
+        unique, policies = parsed
+        return [new_named(Check, (key, limit, cost, "")) for limit in unique], policies
 
     # -- HTTP ----------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ State: ``(level, last_update_us)``.
 
 from __future__ import annotations
 
+from .._named import new_named
 from .._rates import Limit
 from .base import NEVER, Outcome, State, ceil_div, scaled_cost
 
@@ -34,7 +35,9 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
         remaining = level // period
         # The next whole token: the level reaches (remaining + 1) * period.
         more = ceil_div((remaining + 1) * period - level, limit.amount) if level < full else 0
-        return Outcome(True, limit.burst, remaining, reset, 0, 0, (level, last), reset, more)
+        return new_named(
+            Outcome, (True, limit.burst, remaining, reset, 0, 0, (level, last), reset, more)
+        )
     retry = ceil_div(needed - level, limit.amount) if cost <= limit.burst else NEVER
     reset = ceil_div(full - level, limit.amount)
-    return Outcome(False, limit.burst, level // period, reset, retry, 0, None, 0)
+    return new_named(Outcome, (False, limit.burst, level // period, reset, retry, 0, None, 0, 0))

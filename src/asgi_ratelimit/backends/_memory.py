@@ -8,6 +8,7 @@ from types import TracebackType
 
 from .._clock import Clock, monotonic_epoch_clock
 from .._errors import ConfigurationError
+from .._named import new_named
 from .._rates import Limit
 from ..algorithms import DECIDERS, Outcome, State
 from ..algorithms.refund import REFUNDS
@@ -27,6 +28,8 @@ _ARITY = {
 }
 # No sweep for expired state before the backend holds this many entries (see _maintain).
 _FIRST_SWEEP = 16
+#: budgets whose table ids a backend keeps (one per rule; one per path for key="path" rules)
+_TABLE_IDS_CACHED = 4096
 
 
 class MemoryBackend:
@@ -63,6 +66,9 @@ class MemoryBackend:
         self._lock = threading.Lock()
         # The latest instant any decision used: time never steps back below it (see decide).
         self._last_now = 0
+        # budget -> limit id -> table id: the one-check path looks its table id up instead of
+        # building (and hashing) a new string per request. Bounded: budgets hold paths.
+        self._table_ids: dict[str, dict[str, str]] = {}
 
     @property
     def max_keys(self) -> int:
@@ -89,10 +95,16 @@ class MemoryBackend:
                 now = self._last_now
             self._last_now = now
             if len(checks) != 1:
-                return tuple.__new__(Result, (self._decide_many(checks, now, consume), now))
+                return new_named(Result, (self._decide_many(checks, now, consume), now))
             # One check (the usual request): no pending map, no second pass.
             key, limit, cost, budget = checks[0]
-            table_id = f"{budget}\x1f{limit.id}" if budget else limit.id  # as _table_id
+            if budget:
+                ids = self._table_ids.get(budget)
+                table_id = None if ids is None else ids.get(limit.id)
+                if table_id is None:
+                    table_id = self._new_table_id(limit, budget)
+            else:
+                table_id = limit.id
             algorithm = limit.algorithm
             table = self._young.get(table_id)
             entry = None if table is None else table.get(key)
@@ -115,8 +127,16 @@ class MemoryBackend:
                             table[key] = packed
                         else:
                             self._insert(table_id, key, packed, now)
-            # Result(...) without NamedTuple's keyword handling: every request.
-            return tuple.__new__(Result, ([outcome], now))
+            return new_named(Result, ([outcome], now))
+
+    def _new_table_id(self, limit: Limit, budget: str) -> str:
+        ids = self._table_ids.get(budget)
+        if ids is None:
+            if len(self._table_ids) >= _TABLE_IDS_CACHED:
+                self._table_ids.clear()
+            ids = self._table_ids[budget] = {}
+        table_id = ids[limit.id] = _table_id(limit, budget)
+        return table_id
 
     def _decide_many(self, checks: Sequence[Check], now: int, consume: bool) -> list[Outcome]:
         outcomes: list[Outcome] = []

@@ -20,6 +20,7 @@ from typing import Literal, NamedTuple
 from .._decision import Decision, Policy
 from .._engine import Engine
 from .._identity import Identity
+from .._named import new_named
 from .._rates import LimitsLike
 from ..backends._protocol import Check
 from ._access import AccessList
@@ -85,7 +86,17 @@ class RequestPolicy:
         identity = self.identities.identify(scope)
         if not isinstance(identity, Identity):
             return self._check_later(scope, identity, consume)
-        return self._check_identified(scope, identity, consume)
+        # _check_identified, inlined: every request.
+        if self._lists:
+            access = self.access(scope, identity)
+            if access is not None:
+                return access
+        route = self.rules.route(scope)
+        if route.static_costs:  # every cost is a number: the usual request
+            checks, policies = self.checks(scope, identity, route)
+            return self.engine.decide(checks, policies, identity, consume)
+        costs = self._costs(scope, route.rules)
+        return self._decide_later(scope, identity, route, costs, consume)
 
     async def _check_later(
         self, scope: Scope, pending: Awaitable[Identity], consume: bool
@@ -146,39 +157,23 @@ class RequestPolicy:
         costs: Sequence[float] | None = None,
     ) -> tuple[list[Check], Sequence[Policy]]:
         """The `Check` of every limit of every rule of ``route`` (at ``costs``, per rule),
-        and their `Policy`, in the same order."""
+        and their `Policy`, in the same order: the route's `Plan` for the identity's tier."""
+        plans = route.plans
+        plan = plans.get(identity.tier) or plans[None]
         checks: list[Check] = []
-        policies: Sequence[Policy] = ()
         ip_key = ""
-        index = -1
-        for rule in route.rules:
-            index += 1
-            tiers = rule.tiers
-            tier = identity.tier
-            # Rule.tier_of, inlined: every request.
-            if None in tiers:
-                tier = None
-            elif tier is None or tier not in tiers:
-                tier = self.default_tier
-            named = tiers[tier]
-            if not named:
-                continue  # a tier mapped to None is unlimited on this rule
-            cost: float = rule.static_cost if costs is None else costs[index]  # type: ignore[assignment]
-            key = rule.key
-            if key == "ip":
+        for index, key, limit, cost, budget in plan.limits:
+            if key == "identity" or key == "path":
+                subject = identity.key
+            elif key == "ip":
                 ip_key = ip_key or self.identities.ip_key(scope)
                 subject = ip_key
-            elif key == "global":
+            else:  # "global"
                 subject = "*"
-            else:
-                subject = identity.key
-            budget = rule.budget if key != "path" else rule.budget_of(route.path)
-            for _, limit in named:
-                # Check(...) without NamedTuple's keyword handling: every request.
-                checks.append(tuple.__new__(Check, (subject, limit, cost, budget)))
-            own = rule.policies[tier]
-            policies = (*policies, *own) if policies else own
-        return checks, policies
+            if costs is not None:  # (a static cost is None only for a cost callable's rule)
+                cost = costs[index]
+            checks.append(new_named(Check, (subject, limit, cost, budget)))
+        return checks, plan.policies
 
     def _costs(self, scope: Scope, rules: tuple[Rule, ...]) -> list[float | Awaitable[float]]:
         """The cost of each rule: its number, or what its callable answers."""

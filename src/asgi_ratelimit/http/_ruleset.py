@@ -15,17 +15,30 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from .._decision import Policy
 from .._errors import ConfigurationError
-from .._rates import LimitsLike
+from .._rates import Limit, LimitsLike
 from ._paths import normalize_path, route_paths
 from ._rules import Rule, TieredLimits
 
-__all__ = ["Route", "RuleSet"]
+__all__ = ["Plan", "Route", "RuleSet"]
 
 #: Distinct request shapes whose route is remembered, and the longest path remembered: at
 #: most a few hundred kilobytes whatever the clients send.
 _CACHE_SIZE = 1024
 _MAX_CACHED_PATH = 256
+
+
+class Plan(NamedTuple):
+    """What a request of one tier on one route is checked against, compiled with the route.
+
+    One ``(rule index, key, limit, cost, budget)`` per limit, in order (``cost`` is None for
+    a cost callable's rule; ``budget`` already holds the path of ``key="path"`` rules), and
+    the `Policy` of each.
+    """
+
+    limits: tuple[tuple[int, str, Limit, float | None, str], ...]
+    policies: tuple[Policy, ...]
 
 
 class Route(NamedTuple):
@@ -36,6 +49,8 @@ class Route(NamedTuple):
     rules: tuple[Rule, ...]
     #: whether every rule's cost is a number (no cost callable to call per request)
     static_costs: bool
+    #: tier -> its `Plan`; the tier None is every tier no rule of the route names
+    plans: dict[str | None, Plan]
 
 
 class RuleSet:
@@ -109,7 +124,7 @@ class RuleSet:
         paths = route_paths(scope)
         rules = self._match(method, paths)
         static = all(rule.static_cost is not None for rule in rules)
-        found = Route(method, paths[0], rules, static)
+        found = Route(method, paths[0], rules, static, self._plans(rules, paths[0]))
         if isinstance(path, str) and len(path) <= _MAX_CACHED_PATH:
             if len(self._routes) >= _CACHE_SIZE:
                 # Clients choose paths (/items/1, /items/2, ...): start over rather than grow.
@@ -117,6 +132,25 @@ class RuleSet:
                 self._routes.clear()
             self._routes[key] = found
         return found
+
+    def _plans(self, rules: tuple[Rule, ...], path: str) -> dict[str | None, Plan]:
+        """The `Plan` of every tier the route's rules name, and of None (any other tier):
+        bounded by the tiers written in the rules, whatever tiers identities claim."""
+        tiers = {tier for rule in rules for tier in rule.tiers if tier is not None}
+        plans: dict[str | None, Plan] = {}
+        for tier in (None, *sorted(tiers)):
+            limits: list[tuple[int, str, Limit, float | None, str]] = []
+            policies: list[Policy] = []
+            for index, rule in enumerate(rules):
+                own = rule.tier_of(tier, self.default_tier)
+                budget = rule.budget_of(path)
+                limits.extend(
+                    (index, rule.key, limit, rule.static_cost, budget)
+                    for _, limit in rule.tiers[own]
+                )
+                policies.extend(rule.policies[own])
+            plans[tier] = Plan(tuple(limits), tuple(policies))
+        return plans
 
     def match(self, method: str, path: str) -> tuple[Rule, ...]:
         """The rules for ``method`` (upper case) on a normalized ``path``; else the default."""

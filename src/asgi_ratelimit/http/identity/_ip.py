@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from ..._errors import ConfigurationError
-from ..._identity import Identity
+from ..._identity import Identity, new_identity
 from ._header_values import header_values
 
 __all__ = ["ClientIP", "IPAddress", "parse_address"]
@@ -121,7 +121,7 @@ class ClientIP:
                         if _CANONICAL_IPV4.fullmatch(host)
                         else self.key_for(self.client_address(scope))
                     )
-                    identity = Identity(key, None, "ip")
+                    identity = new_identity(key, None, "ip")
                     if len(peers) >= _PEER_CACHE_SIZE:
                         peers.clear()  # bounded: start over rather than grow
                     peers[host] = identity
