@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from asgi_ratelimit import Decision, Limit, MemoryBackend, RateLimiter, Rule
+from asgi_ratelimit._headers import HeaderRenderer
 from asgi_ratelimit.http import _ruleset
 from asgi_ratelimit.http._responses import _BODY_CACHE, Responses
 from tests.conftest import FakeClock
@@ -65,3 +66,23 @@ def test_refusal_bodies_are_cached_per_limiter_and_bounded() -> None:
         assert f"retry in {decision.retry_after_header} seconds".encode() in denial.body
         assert len(responses._bodies) <= _BODY_CACHE
     assert len(seen) == 2 * _BODY_CACHE
+
+
+def test_a_kept_refusal_is_served_only_while_its_numbers_hold() -> None:
+    # The renderer keeps each policy's last refusal; every answer must equal a fresh render.
+    clock = FakeClock(ALIGNED)
+    limiter = RateLimiter(
+        backend=MemoryBackend(clock=clock), rules=[Rule("/", limits="2/minute", name="m")]
+    )
+    refusals = []
+    for step in [0.0, 0.0, 0.0, 0.2, 0.5, 1.0, 30.0, 30.0, 29.0, 0.5]:
+        clock.advance(step)
+        decision = limiter.check(scope_of("/"))
+        assert isinstance(decision, Decision)
+        rendered = limiter.renderer.render(decision)
+        assert list(rendered) == list(HeaderRenderer("both").render(decision))
+        if not decision.allowed:
+            refusals.append(dict(rendered)[b"retry-after"])
+    # 2 admitted at 0 s; more quota 1 us after the window turns at 60 s, rounded up. The
+    # refusals at 0.2 s and 0.7 s share their numbers: the second is the kept one.
+    assert refusals[:5] == [b"61", b"60", b"60", b"59", b"29"]

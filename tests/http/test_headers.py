@@ -234,7 +234,7 @@ def test_header_values_are_valid_structured_fields() -> None:
         "RateLimit-Policy": '"a \\"quoted\\" \\\\ name??";q=5;w=60',
         "RateLimit": '"a \\"quoted\\" \\\\ name??";r=0;t=3',  # t: when it would pass
     }
-    assert HeaderRenderer("legacy").render(decision) == [
+    assert list(HeaderRenderer("legacy").render(decision)) == [
         (b"retry-after", b"3"),
         (b"x-ratelimit-limit", b"5"),
         (b"x-ratelimit-remaining", b"0"),  # never negative

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, NamedTuple
 
 from .._decision import Decision
-from .._headers import HeaderRenderer, RawHeaders
+from .._headers import HeaderRenderer, RawHeader, RawHeaders
 
 __all__ = [
     "PROBLEM_JSON",
@@ -53,7 +53,7 @@ class Responses:
 
     def __init__(self, renderer: HeaderRenderer) -> None:
         self.renderer = renderer
-        self._bodies: dict[tuple[object, ...], bytes] = {}
+        self._bodies: dict[tuple[object, ...], tuple[bytes, tuple[RawHeader, ...]]] = {}
 
     def refusal(self, decision: Decision) -> Denial:
         """The 429 (or, for a request that can never pass, the 413) of ``decision``."""
@@ -61,15 +61,15 @@ class Responses:
         retry = decision.retry_after_header
         status = 413 if retry is None else 429
         key = (decision.policy, retry, violated, decision.limit)
-        body = self._bodies.get(key)
-        if body is None:
+        found = self._bodies.get(key)
+        if found is None:
             body = _problem(decision.policy, retry, violated, decision.limit)
+            found = body, tuple(_content(body))
             if len(self._bodies) >= _BODY_CACHE:
                 self._bodies.clear()  # bounded: start over rather than grow
-            self._bodies[key] = body
-        headers = _content(body)
-        headers += self.renderer.render(decision)
-        return Denial(status, headers, body)
+            self._bodies[key] = found
+        body, content = found
+        return Denial(status, [*content, *self.renderer.render(decision)], body)
 
 
 def _problem(policy: str | None, retry: int | None, violated: tuple[str, ...], most: int) -> bytes:
