@@ -76,7 +76,12 @@ class Engine:
             return self._in_outage(checks, policies, identity, consume, exc)
         if isinstance(result, Result):
             outcomes, at = result
-            charge = new_named(Charge, (self.backend, checks, at, None)) if consume else None
+            # What it consumed, for a refund if a later door refuses: nothing when refused.
+            charge = (
+                new_named(Charge, (self.backend, checks, at, None))
+                if consume and outcomes[0].allowed
+                else None
+            )
             return decide_from(policies, checks, outcomes, identity, charge)
         return self._awaiting(result, checks, policies, identity, consume)
 

@@ -57,7 +57,12 @@ class Responses:
 
     def refusal(self, decision: Decision) -> Denial:
         """The 429 (or, for a request that can never pass, the 413) of ``decision``."""
-        violated = tuple([p.name for p in decision.policies if not p.allowed])
+        policies = decision.policies
+        violated: tuple[str, ...] = (
+            (policies[0].name,)  # one policy (the usual refusal): it is the one that refused
+            if len(policies) == 1
+            else tuple([p.name for p in policies if not p.allowed])
+        )
         retry = decision.retry_after_header
         status = 413 if retry is None else 429
         key = (decision.policy, retry, violated, decision.limit)
