@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -93,11 +94,13 @@ def test_python_block_runs(block: Block, monkeypatch: pytest.MonkeyPatch) -> Non
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("REDIS_URL", raising=False)
     code = compile(block.text, block.name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    namespace: dict[str, object] = {"__name__": "__doc_example__"}
-    result = eval(code, namespace)  # a coroutine when the block awaits at the top level
+    # A module of its own, registered: frameworks (Litestar) resolve annotations through it.
+    module = types.ModuleType("doc_example")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    result = eval(code, module.__dict__)  # a coroutine when the block awaits at the top level
     if asyncio.iscoroutine(result):
         asyncio.run(result)
-    main = namespace.get("main")
+    main = module.__dict__.get("main")
     if asyncio.iscoroutinefunction(main) and "main()" not in block.text:
         asyncio.run(main())
 
@@ -287,6 +290,5 @@ def test_walkthrough_runs_as_written(page: Path, target: str) -> None:
     with serve(target) as port:
         away_from_a_window_edge()
         outputs = run_session(port, [step.command for step in walk])
-    assert len(outputs) == len(walk)
-    for step, output in zip(walk, outputs):
+    for step, output in zip(walk, outputs, strict=True):
         check_step(step, output)
