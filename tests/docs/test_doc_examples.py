@@ -292,3 +292,30 @@ def test_walkthrough_runs_as_written(page: Path, target: str) -> None:
         outputs = run_session(port, [step.command for step in walk])
     for step, output in zip(walk, outputs, strict=True):
         check_step(step, output)
+
+
+# -- the site and the front page's links ----------------------------------------------------
+
+
+def test_the_site_builds_strict(tmp_path: Path) -> None:
+    # scripts/test builds it too; here a broken page fails the test run that changed it.
+    mkdocs = Path(sys.executable).parent / "mkdocs"
+    built = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr
+    assert (tmp_path / "site/reference/limiting/index.html").read_text().count("RateLimiter") > 5
+
+
+def test_the_readme_links_resolve() -> None:
+    # mkdocs checks the links of docs/; README.md is outside it and read on GitHub.
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    local = [link for link in links if "://" not in link]
+    assert len(local) >= 15
+    for link in local:
+        assert (ROOT / link).is_file(), link
