@@ -1,9 +1,10 @@
 """The examples in README.md and docs/ run as written.
 
-- Every ```python block is executed in a fresh namespace. A block with a top-level ``await``
-  runs as a coroutine (as ``python -m asyncio`` would run it); a block that defines
-  ``async def main()`` and never calls it gets ``asyncio.run(main())``. A block that is a
-  genuine fragment says so with ``<!-- fragment -->`` on the line before its fence.
+- Every ```python block runs as a module in a fresh interpreter (warnings are errors). A
+  block with a top-level ``await`` runs as a coroutine (as ``python -m asyncio`` would run
+  it); a block that defines ``async def main()`` and never calls it gets
+  ``asyncio.run(main())``. A block that is a genuine fragment says so with
+  ``<!-- fragment -->`` on the line before its fence.
 - Every ```console walk-through of the demo (a block that talks to ``localhost:8000``) runs
   against a real ``.venv/bin/uvicorn`` serving the app ``./scripts/demo`` serves, on a free
   port, all the blocks of one page in order in one bash session. Each ``$`` command's output
@@ -14,8 +15,6 @@
 
 from __future__ import annotations
 
-import ast
-import asyncio
 import os
 import re
 import signal
@@ -24,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -86,23 +84,45 @@ def test_the_pages_have_examples() -> None:
     assert len(fragments) <= len(PYTHON) // 3, f"fragments are for fragments: {fragments}"
 
 
+# Runs one block in a fresh interpreter: frameworks keep process-wide state (Django's
+# settings), so blocks must not share one. Warnings are errors, as in the suite.
+RUNNER = """
+import ast, asyncio, sys, types
+
+path = sys.argv[1]
+source = open(path).read()
+code = compile(source, path, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+# A module of its own, registered: frameworks (Litestar) resolve annotations through it.
+module = types.ModuleType("doc_example")
+module.__file__ = path
+sys.modules[module.__name__] = module
+result = eval(code, module.__dict__)  # a coroutine when the block awaits at the top level
+if asyncio.iscoroutine(result):
+    asyncio.run(result)
+main = module.__dict__.get("main")
+if asyncio.iscoroutinefunction(main) and "main()" not in source:
+    asyncio.run(main())
+print("ran to the end")
+"""
+
+
 @pytest.mark.parametrize("block", PYTHON, ids=lambda block: block.name)
-def test_python_block_runs(block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_python_block_runs(block: Block, tmp_path: Path) -> None:
     if block.fragment:
         pytest.skip("marked <!-- fragment -->")
-    for name, value in DOC_ENV.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    code = compile(block.text, block.name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    # A module of its own, registered: frameworks (Litestar) resolve annotations through it.
-    module = types.ModuleType("doc_example")
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    result = eval(code, module.__dict__)  # a coroutine when the block awaits at the top level
-    if asyncio.iscoroutine(result):
-        asyncio.run(result)
-    main = module.__dict__.get("main")
-    if asyncio.iscoroutinefunction(main) and "main()" not in block.text:
-        asyncio.run(main())
+    script = tmp_path / f"{block.page.stem}_{block.line}.py"
+    script.write_text(block.text)
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "PYTHONPATH")}
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", RUNNER, str(script)],
+        cwd=tmp_path,  # nothing of the checkout is importable but the installed package
+        env={**env, **DOC_ENV},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, f"{block.name}:\n{done.stderr}"
+    assert done.stdout.endswith("ran to the end\n")
 
 
 # -- the demo walk-throughs ---------------------------------------------------------------
