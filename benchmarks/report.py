@@ -234,7 +234,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         "(A B C ... A B C ...), so machine noise mostly cancels: read them as ratios.",
         "Chart: [benchmarks.png](benchmarks.png); raw data: [benchmarks.json](benchmarks.json);",
         "where the time goes and what would remove it:",
-        "[performance-notes.md](performance-notes.md).",
+        "[design/performance-notes.md](design/performance-notes.md).",
         "",
         "## Targets (issue 5)",
         "",

@@ -1,6 +1,6 @@
 """The example API, FastAPI style (``examples/starlette_app`` serves the same API in Starlette).
 
-    ./scripts/demo                      # or: uvicorn examples.fastapi_app.main:app
+    ./scripts/demo                      # or: .venv/bin/uvicorn examples.fastapi_app.main:app
     curl -X POST localhost:8000/auth/login -H 'content-type: application/json' \\
          -d '{"username": "alice", "password": "wonderland"}'
 

@@ -1,6 +1,6 @@
 """The example API, plain Starlette style (``examples/fastapi_app`` serves the same API).
 
-    uvicorn examples.starlette_app.main:app
+    .venv/bin/uvicorn examples.starlette_app.main:app
     curl -X POST localhost:8000/auth/login -H 'content-type: application/json' \\
          -d '{"username": "alice", "password": "wonderland"}'
 

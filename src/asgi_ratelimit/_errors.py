@@ -21,9 +21,11 @@ class BackendError(Exception):
 
 
 class RateLimitExceeded(Exception):
-    """Raised by `RateLimiter.enforce` (and the FastAPI dependency) when a request is denied.
+    """Raised by the FastAPI dependency (``Depends(limiter.limit(...))``) on a denied request.
 
-    It carries the `Decision`, whose `retry_after` and `headers()` say when to come back.
+    It carries the `Decision`, whose `retry_after` and `headers()` say when to come back. The
+    dependency raises it as a ``RateLimitHTTPException`` (also an ``HTTPException``); a handler
+    you register for `RateLimitExceeded` decides the response instead of the default 429.
     """
 
     def __init__(self, decision: object, detail: str | None = None) -> None:

@@ -51,7 +51,7 @@ class RateLimiter:
         state = await limiter.peek("user:42", "5/minute")   # consumes nothing
         await limiter.reset("user:42")
 
-    For HTTP, give it identity sources, rules and lists, all validated here, once::
+    For HTTP, give it identity sources, rules and lists, all validated here, once:
 
         limiter = RateLimiter(
             identify=[APIKey(keys={"k-1": "premium"}), ClientIP(trusted_proxies=["10.0.0.0/8"])],
