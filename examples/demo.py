@@ -8,23 +8,26 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import jwt
 
 from asgi_ratelimit import APIKey, ClientIP, JWTSubject, MemoryBackend, RateLimiter, Rule
-from asgi_ratelimit._clock import Clock
-from asgi_ratelimit.backends._protocol import Backend
+from asgi_ratelimit.backends import Backend
 
 __all__ = [
     "API_KEYS",
     "DEFAULT_JWT_SECRET",
     "TOKEN_LIFETIME",
     "USERS",
+    "Clock",
     "demo_limiter",
     "issue_token",
     "jwt_secret",
 ]
 
+#: What the apps take as a clock (tests pass a fake one): seconds since the epoch.
+Clock = Callable[[], float]
 #: Used when EXAMPLE_JWT_SECRET is not set. Public, so only for the demo.
 DEFAULT_JWT_SECRET = "asgi-ratelimit-example-secret-change-me"
 #: username -> (password, tier)

@@ -138,3 +138,15 @@ def test_imports_point_down_and_never_in_a_circle() -> None:
 
 def test_configuration_error_is_a_value_error() -> None:
     assert issubclass(asgi_ratelimit.ConfigurationError, ValueError)
+
+
+def test_the_examples_use_only_public_names() -> None:
+    # Users copy the examples: an import of a private module there would teach them to.
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    for path in examples.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "asgi_ratelimit"
+            ):
+                private = [part for part in node.module.split(".") if part.startswith("_")]
+                assert not private, f"{path}: imports {node.module}"

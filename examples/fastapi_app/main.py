@@ -30,13 +30,13 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel
 
 from asgi_ratelimit import RateLimitMiddleware
-from asgi_ratelimit._clock import Clock
-from asgi_ratelimit.backends._protocol import Backend
+from asgi_ratelimit.backends import Backend
 from examples.demo import (
     API_KEYS,
     DEFAULT_JWT_SECRET,
     TOKEN_LIFETIME,
     USERS,
+    Clock,
     demo_limiter,
     issue_token,
     jwt_secret,

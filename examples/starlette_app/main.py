@@ -33,13 +33,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from asgi_ratelimit import RateLimitMiddleware
-from asgi_ratelimit._clock import Clock
-from asgi_ratelimit.backends._protocol import Backend
+from asgi_ratelimit.backends import Backend
 from examples.demo import (
     API_KEYS,
     DEFAULT_JWT_SECRET,
     TOKEN_LIFETIME,
     USERS,
+    Clock,
     demo_limiter,
     issue_token,
     jwt_secret,

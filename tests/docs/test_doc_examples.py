@@ -3,8 +3,8 @@
 - Every ```python block runs as a module in a fresh interpreter (warnings are errors). A
   block with a top-level ``await`` runs as a coroutine (as ``python -m asyncio`` would run
   it); a block that defines ``async def main()`` and never calls it gets
-  ``asyncio.run(main())``. A block that is a genuine fragment says so with
-  ``<!-- fragment -->`` on the line before its fence.
+  ``asyncio.run(main())``. A block that continues the page's previous python block says
+  so with ``<!-- fragment -->`` on the line before its fence: it runs after that block.
 - Every ```console walk-through of the demo (a block that talks to ``localhost:8000``) runs
   against a real ``.venv/bin/uvicorn`` serving the app ``./scripts/demo`` serves, on a free
   port, all the blocks of one page in order in one bash session. Each ``$`` command's output
@@ -106,12 +106,19 @@ print("ran to the end")
 """
 
 
+def with_what_it_continues(block: Block) -> str:
+    """The block's source, after the page's blocks it continues (fragments run, never skip)."""
+    if not block.fragment:
+        return block.text
+    before = [b for b in PYTHON if b.page == block.page and b.line < block.line]
+    assert before, f"{block.name}: a fragment with no python block before it on its page"
+    return with_what_it_continues(before[-1]) + block.text
+
+
 @pytest.mark.parametrize("block", PYTHON, ids=lambda block: block.name)
 def test_python_block_runs(block: Block, tmp_path: Path) -> None:
-    if block.fragment:
-        pytest.skip("marked <!-- fragment -->")
     script = tmp_path / f"{block.page.stem}_{block.line}.py"
-    script.write_text(block.text)
+    script.write_text(with_what_it_continues(block))
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "PYTHONPATH")}
     done = subprocess.run(
         [sys.executable, "-W", "error", "-c", RUNNER, str(script)],
