@@ -112,3 +112,104 @@ def test_large_limits_stay_exact(redis_url: str) -> None:
         for cost in (1, 1000, 49_999)
     ]
     asyncio.run(_compare(redis_url, schedule, big))
+
+
+# -- every limit Limit accepts: amounts up to 1e9, periods up to 3660 days -------------------
+
+ALGORITHMS = [
+    "fixed_window",
+    "sliding_window_log",
+    "sliding_window_counter",
+    "token_bucket",
+    "gcra",
+    "leaky_bucket",
+]
+BUCKETS = {"token_bucket", "gcra", "leaky_bucket"}
+
+
+@st.composite
+def big_limits(draw: st.DrawFn) -> Limit:
+    algorithm = draw(st.sampled_from(ALGORITHMS))
+    # The log stores an entry per request: keep its amounts small, its periods long.
+    most = 50 if algorithm == "sliding_window_log" else 10**9
+    amount = draw(st.sampled_from([1, 7, 1000, 999_983, 10**6, 123_456_789, 10**9]).filter(
+        lambda a: a <= most) | st.integers(1, most))  # fmt: skip
+    seconds = draw(
+        st.sampled_from([1, 60, 86_400, 30 * 86_400, 365 * 86_400, 3660 * 86_400])
+        | st.integers(1, 3660 * 86_400)
+    )
+    burst = None
+    if algorithm in BUCKETS and draw(st.booleans()):
+        burst = draw(st.sampled_from([1, 2, 10**6, 10**9]) | st.integers(1, 10**9))
+    return Limit(f"{amount}/{seconds} seconds", algorithm=algorithm, burst=burst)
+
+
+big_steps = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [0, 1, 999, 86_400_000_000 // 999_983, 10**6, 10**9, 10**12, 10**14, 3 * 10**14, -5]
+        ),
+        st.sampled_from(["a", "b"]),
+        st.sampled_from([1, 1, 2, 0, 0.5, 1e-9, 1000, 999_999, 123_456_789, 10**9, 3.0, 1e9 + 1]),
+        st.sampled_from(["hit", "hit", "peek", "refund"]),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+async def _compare_big(url: str, limits: list[Limit], schedule: list[tuple]) -> None:  # type: ignore[type-arg]
+    from asgi_ratelimit.backends.redis import RedisBackend
+
+    clock = FakeClock(1_763_000_000.123456)
+    memory = MemoryBackend(clock=clock)
+    prefix = f"big{uuid.uuid4().hex[:10]}:"
+    async with RedisBackend.from_url(url, clock=clock, prefix=prefix, timeout=5.0) as redis:
+        for index, (advance_us, key, cost, action) in enumerate(schedule):
+            clock.now += advance_us / 1_000_000
+            checks = [Check(key, limit, cost) for limit in limits]
+            where = f"step {index}: {action} {checks}"
+            if action == "peek":
+                expected, actual = await memory.peek(checks), await redis.peek(checks)
+            else:
+                mine = memory.decide(checks, True)
+                theirs = await redis.decide(checks, True)  # type: ignore[misc]
+                expected, actual = mine.outcomes, theirs.outcomes
+                if action == "refund" and all(o.allowed for o in expected):
+                    memory.refund(checks, mine.at)
+                    await redis.refund(checks, theirs.at)  # type: ignore[misc]
+            expected = [outcome._replace(state=None) for outcome in expected]
+            assert actual == expected, where
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(limits=st.lists(big_limits(), min_size=1, max_size=3, unique_by=lambda lim: lim.id),
+       schedule=big_steps)  # fmt: skip
+def test_every_limit_is_exact_on_redis(redis_url: str, limits: list[Limit], schedule: list) -> None:  # type: ignore[type-arg]
+    asyncio.run(_compare_big(redis_url, limits, schedule))
+
+
+@pytest.mark.parametrize("server", ["redis_url", "redis_cluster_url"])
+def test_a_million_a_day_is_exact_on_every_algorithm(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    """The limits Redis used to refuse (burst x period_us past 2^53), step by step, on one
+    server and on a Cluster."""
+    url = request.getfixturevalue(server)
+    limits = [Limit("1000000/day", algorithm=algorithm) for algorithm in ALGORITHMS[2:]] + [
+        Limit("1000000000/3660 days", algorithm="token_bucket", burst=10**9),
+        Limit("1/3660 days", algorithm="gcra", burst=10**9),
+        Limit("999983/365 days", algorithm="leaky_bucket", burst=123_456_789),
+    ]
+    schedule = [
+        (advance, "k", cost, action)
+        for advance in (0, 1, 86_399, 10**9, 7, 3 * 10**14)
+        for cost in (1, 999_999, 2.5, 10**9)
+        for action in ("hit", "peek", "refund")
+    ]
+    for limit in limits:
+        asyncio.run(_compare_big(url, [limit], schedule))

@@ -9,6 +9,9 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import Depends, FastAPI, Request
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
 from asgi_ratelimit import Limit, MemoryBackend, RateLimiter, RateLimitMiddleware, Rule
 from asgi_ratelimit.backends import Backend
@@ -158,3 +161,31 @@ async def test_usage_shows_every_applicable_policy_without_consuming(backend: Ba
     assert [(s.quota, s.window, s.remaining) for s in statuses] == [(100, 3600, 100)]
     # Another client has its own budget.
     assert [s.remaining for s in await limiter.usage(scope_of("/api/x", "192.0.2.5"))] == [5]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("algorithm", ["sliding_window_counter", "token_bucket", "gcra"])
+async def test_a_million_a_day_behind_the_middleware_is_exact_on_redis(
+    algorithm: str, clock: FakeClock, prefix: str, redis_url: str
+) -> None:
+    # 1e6 x 86400e6 us passes 2^53: Redis once refused this limit; now its answers, headers
+    # included, are the memory backend's. A cost of 300,000 admits 3 and refuses the 4th.
+    def app_on(backend: Backend) -> Starlette:
+        limit = Limit("1000000/day", algorithm=algorithm)
+        limiter = RateLimiter(backend=backend, rules=[Rule("/quota", limits=limit, cost=300_000)])
+        app = Starlette(routes=[Route("/quota", lambda request: PlainTextResponse("ok"))])
+        return RateLimitMiddleware(app, limiter=limiter)  # type: ignore[return-value]
+
+    answers: dict[str, list[tuple[int, dict[str, str]]]] = {}
+    async with RedisBackend.from_url(redis_url, prefix=prefix, clock=clock, timeout=2.0) as redis:
+        for name, backend in (("memory", MemoryBackend(clock=clock)), ("redis", redis)):
+            start = clock.now
+            async with client(app_on(backend)) as http:  # type: ignore[arg-type]
+                answers[name] = []
+                for step in (0, 1, 2, 3, 30):
+                    clock.now = start + step
+                    response = await http.get("/quota")
+                    answers[name].append((response.status_code, dict(response.headers)))
+            clock.now = start
+    assert [status for status, _ in answers["redis"]] == [200, 200, 200, 429, 429]
+    assert answers["redis"] == answers["memory"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-__all__ = ["NEVER", "Outcome", "State", "ceil_div", "scaled_cost"]
+__all__ = ["NEVER", "Outcome", "State", "ceil_div", "scaled_cost", "whole"]
 
 # A state is a small tuple of numbers whose meaning belongs to its algorithm.
 State = tuple[Any, ...]
@@ -61,4 +61,16 @@ def scaled_cost(cost: float, scale: int) -> int:
     step = cost * scale
     if isinstance(step, int):
         return step
+    if cost.is_integer():
+        # A whole cost is exact whatever its type: Redis sees 2.0 as 2, and past 2^53 the
+        # float product would round.
+        return int(cost) * scale
     return math.ceil(step)
+
+
+def whole(count: float) -> float:
+    """A count that is a whole float as an int: Redis cannot tell 2.0 from 2, and past 2^53
+    the sliding counter's arithmetic differs between them (exact for ints)."""
+    if count.__class__ is float and count.is_integer():
+        return int(count)
+    return count

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .._rates import Limit
-from .base import State, scaled_cost
+from .base import State, scaled_cost, whole
 
 __all__ = ["REFUNDS", "Refund"]
 
@@ -31,9 +31,9 @@ def _sliding_window_counter(state: State, at: int, limit: Limit, cost: float) ->
     window, current, previous = state
     hit_window = at // limit.period_us
     if window == hit_window:
-        return (window, max(0, current - cost), previous)
+        return (window, whole(max(0, current - cost)), previous)
     if window == hit_window + 1:  # the hit's window is now the previous one
-        return (window, current, max(0, previous - cost))
+        return (window, current, whole(max(0, previous - cost)))
     return state
 
 

@@ -46,6 +46,8 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
     amount = limit.amount
     if cost <= amount - estimate:
         current += cost
+        if current.__class__ is float and current.is_integer():
+            current = int(current)  # whole(), inlined: Redis cannot tell 2.0 from 2
         if current.__class__ is int and current > 0:
             # The usual admitted request (whole costs): the quota is restored in the next
             # window, at the closed form _full_reset_in_next_window proves exact. A busy key's

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 from ..._rates import Limit
 from .._protocol import Check
-from ._script import validate_limit
 
 __all__ = ["KeyNames", "budget_code"]
 
@@ -67,7 +66,7 @@ class KeyNames:
         return known
 
     def for_checks(self, checks: Sequence[Check]) -> list[str]:
-        """The checks' keys, once each limit is known to be exact in Lua (validated once)."""
+        """The checks' keys (each limit's code worked out once)."""
         return [
             self.prefix_of(check.key) + self._code(check.limit, check.budget) for check in checks
         ]
@@ -75,7 +74,6 @@ class KeyNames:
     def _code(self, limit: Limit, budget: str) -> str:
         code = self._codes.get((budget, limit.id))
         if code is None:
-            validate_limit(limit)
             if len(self._codes) >= CODE_CACHE_SIZE:
                 self._codes.clear()  # limits built per request must not grow it forever
             code = self._codes[budget, limit.id] = budget_code(limit, budget)

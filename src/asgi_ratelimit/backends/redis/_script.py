@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Literal
 
-from ..._errors import ConfigurationError
 from ..._rates import Limit
 from ...algorithms import Outcome, State
 from .._protocol import Check
@@ -28,7 +27,6 @@ from ._resp import frame
 
 __all__ = [
     "ALGORITHM_CODES",
-    "EXACT_LIMIT",
     "FUNCTION_NAME",
     "LIBRARY",
     "SCRIPT",
@@ -39,7 +37,6 @@ __all__ = [
     "encode",
     "framed_args",
     "parse_state",
-    "validate_limit",
 ]
 
 SCRIPT: str = resources.files(__package__).joinpath("lua/ratelimit.lua").read_text("utf-8")
@@ -81,28 +78,6 @@ ALGORITHM_CODES = {
     "gcra": "5",
     "leaky_bucket": "6",
 }
-
-#: Lua numbers are doubles: every product the script forms stays below this to stay exact.
-EXACT_LIMIT = 2**53
-_COUNTER_ALGORITHMS = frozenset({"fixed_window", "sliding_window_log"})
-
-
-def validate_limit(limit: Limit) -> Limit:
-    """Refuse a limit whose arithmetic would not be exact in Lua's 64-bit floats.
-
-    The bucket kinds and the sliding window counter multiply the capacity by the period in
-    microseconds; that product must stay below 2^53 (about 100,000 per day). Fixed windows
-    and the sliding log form no such product.
-    """
-    if limit.algorithm in _COUNTER_ALGORITHMS or limit.burst * limit.period_us < EXACT_LIMIT:
-        return limit
-    most = (EXACT_LIMIT - 1) // limit.period_us
-    raise ConfigurationError(
-        f"limit {limit!r}: {limit.burst} per {limit.period} s is too fine for exact "
-        f"arithmetic in Redis (capacity x period must stay below 2^53 us): use at most "
-        f"{most} per {limit.period} s, a shorter period with a proportional amount, or "
-        "algorithm='fixed_window' or 'sliding_window_log'"
-    )
 
 
 def check_arg(limit: Limit, cost: float) -> bytes:
@@ -194,6 +169,9 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
     if not isinstance(reply, bytes):
         raise TypeError(f"the script's reply must be read undecoded (bytes), got {reply!r:.80}")
     now, flags = _HEAD.unpack_from(reply)
+    if flags >= 4:  # a number past 2^53 (a big limit's times): text
+        texts, offset = _decode_text(reply, checks)
+        return int(now), texts, _states(reply, offset, checks, int(now))
     whole = flags >= 2  # the script sent integers: every number is whole
     layout = _reply_layout(len(checks), whole)
     numbers = layout.unpack_from(reply, _HEAD.size)
@@ -238,15 +216,33 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
                 int(more),
             )
             outcomes.append(build(Outcome, values))
-    offset = _HEAD.size + layout.size
+    return int(now), outcomes, _states(reply, _HEAD.size + layout.size, checks, int(now))
+
+
+def _decode_text(reply: bytes, checks: Sequence[Check]) -> tuple[list[Outcome], int]:
+    """The outcomes sent as text (seven numbers a check, checks split by ";"), and the
+    offset after them."""
+    (size,) = _LENGTH.unpack_from(reply, _HEAD.size)
+    start = _HEAD.size + _LENGTH.size
+    body = reply[start : start + int(size)].decode("ascii")
+    outcomes = []
+    for check, item in zip(checks, body.split(";"), strict=True):
+        allowed, remaining, reset, retry, delay, ttl, more = map(_number, item.split(" "))
+        values = (allowed == 1, check.limit.burst, remaining, reset, retry, delay, None, ttl, more)
+        outcomes.append(tuple.__new__(Outcome, values))
+    return outcomes, start + int(size)
+
+
+def _states(reply: bytes, offset: int, checks: Sequence[Check], now: int) -> list[State | None]:
+    """Each stored state after the outcomes, after its length (None when not sent)."""
     states: list[State | None] = [None] * len(checks)
-    if len(reply) > offset:  # each stored state, after its length
+    if len(reply) > offset:
         for index, check in enumerate(checks):
             (size,) = _LENGTH.unpack_from(reply, offset)
             start = offset + _LENGTH.size
             offset = start + int(size)
-            states[index] = parse_state(reply[start:offset], check.limit, int(now))
-    return int(now), outcomes, states
+            states[index] = parse_state(reply[start:offset], check.limit, now)
+    return states
 
 
 def parse_state(raw: bytes, limit: Limit, now_us: int) -> State | None:

@@ -1,8 +1,9 @@
 -- asgi_ratelimit: decide every limit of one request in one atomic step.
 --
 -- The arithmetic mirrors src/asgi_ratelimit/algorithms/*.py operation for operation, in the
--- same order, on integer microseconds (Lua numbers are doubles: exact below 2^53), so the
--- Redis and memory backends give the same answers. GCRA and the leaky bucket store their
+-- same order, on integer microseconds (Lua numbers are doubles: exact below 2^53; past it,
+-- big integers, see "Exact integers past 2^53"), so the Redis and memory backends give the
+-- same answers for every limit. GCRA and the leaky bucket store their
 -- backlog *relative* to the instant it was written ("backlog at"), never now * amount, which
 -- would pass 2^53; the token bucket clamps its refill before multiplying for the same reason.
 --
@@ -17,7 +18,8 @@
 --             (1 fixed_window, 2 sliding_window_log, 3 sliding_window_counter, 4 token_bucket,
 --             5 gcra, 6 leaky_bucket), amount, period_us, burst, cost
 -- returns   - one binary string: two doubles (struct "<dd"): now_us and flags (1: all
---             allowed; 2: the numbers that follow are integers), then seven numbers per
+--             allowed; 2: the numbers that follow are integers; 4: a number passes 2^53,
+--             and all are sent as text after its length: "n n n n n n n;..."), then seven numbers per
 --             check, eight-byte integers ("<i8", when every one is whole) or doubles:
 --             allowed (1/0), remaining, reset_us, retry_us (inf if it can never pass),
 --             delay_us, ttl_us, next_us (until more quota than remaining, when allowed);
@@ -90,6 +92,156 @@ end
 -- algorithms/base.py scaled_cost: cost * scale in whole units, rounded up.
 local function scaled_cost(cost, scale)
   return ceil(cost * scale)
+end
+
+-- Exact integers past 2^53 ------------------------------------------------------------------
+-- Python's ints have no bound; a limit whose burst * period_us reaches 2^53 (1000000/day)
+-- makes the bucket kinds' numbers pass it, and the sliding counter's weighted product. Those
+-- take these non-negative big integers: little-endian limbs of 24 bits, so that a limb
+-- product plus carries stays below 2^53, exact in a double. Limits below the bound never
+-- touch them (the usual path is unchanged).
+local BASE = 16777216  -- 2^24
+local EXACT = 2^53
+
+local function trim(t)
+  local n = #t
+  while n > 0 and t[n] == 0 do
+    t[n] = nil
+    n = n - 1
+  end
+  return t
+end
+
+-- A non-negative integral double (exact at any size) as a big integer.
+local function big(x)
+  local t = {}
+  while x > 0 do
+    local q = floor(x / BASE)
+    t[#t + 1] = x - q * BASE
+    x = q
+  end
+  return t
+end
+
+-- The double nearest a big integer (exact below 2^53).
+local function num(a)
+  local x = 0
+  for i = #a, 1, -1 do x = x * BASE + a[i] end
+  return x
+end
+
+local function cmp(a, b)
+  if #a ~= #b then return #a < #b and -1 or 1 end
+  for i = #a, 1, -1 do
+    if a[i] ~= b[i] then return a[i] < b[i] and -1 or 1 end
+  end
+  return 0
+end
+
+local function add(a, b)
+  local t, carry = {}, 0
+  for i = 1, math.max(#a, #b) do
+    local v = (a[i] or 0) + (b[i] or 0) + carry
+    if v >= BASE then t[i], carry = v - BASE, 1 else t[i], carry = v, 0 end
+  end
+  if carry > 0 then t[#t + 1] = carry end
+  return t
+end
+
+-- a - b, for a >= b.
+local function minus(a, b)
+  local t, borrow = {}, 0
+  for i = 1, #a do
+    local v = a[i] - (b[i] or 0) - borrow
+    if v < 0 then t[i], borrow = v + BASE, 1 else t[i], borrow = v, 0 end
+  end
+  return trim(t)
+end
+
+local function mul(a, b)
+  local t = {}
+  for i = 1, #a + #b do t[i] = 0 end
+  for i = 1, #a do
+    local ai, carry = a[i], 0
+    for j = 1, #b do
+      local v = t[i + j - 1] + ai * b[j] + carry  -- below 2^24 + 2^48 + 2^25
+      carry = floor(v / BASE)
+      t[i + j - 1] = v - carry * BASE
+    end
+    local k = i + #b
+    while carry > 0 do
+      local v = t[k] + carry
+      carry = floor(v / BASE)
+      t[k] = v - carry * BASE
+      k = k + 1
+    end
+  end
+  return trim(t)
+end
+
+-- floor(a / d) (big) and a mod d (a double), for an integral double 1 <= d < 2^53: each
+-- step takes a quotient estimated in doubles, shrunk so that it never overshoots (num()
+-- and the division each round by less than 2^-50), and subtracts it exactly; the rest
+-- shrinks by about 2^47 a step, so a few steps end it.
+local function divmod_big(a, d)
+  local q, r, bd = {}, a, big(d)
+  while cmp(r, bd) >= 0 do
+    local guess = floor(num(r) / d * (1 - 2^-48)) - 1
+    if guess < 1 then guess = 1 end
+    local g = big(guess)
+    r = minus(r, mul(g, bd))
+    q = add(q, g)
+  end
+  return q, num(r)
+end
+
+-- ceil(a / d), as a double when exact, else big (for the reply and the TTL).
+local function ceil_big(a, d)
+  local q, r = divmod_big(a, d)
+  if r > 0 then q = add(q, {1}) end
+  return q
+end
+
+-- A big integer's value for the reply: a double while exact, else the big integer itself.
+local function out(a)
+  if #a <= 2 then return num(a) end
+  local x = num(a)
+  if x < EXACT then return x end
+  return a
+end
+
+-- Decimal text of a big integer, and back (a stored state).
+local function big_text(a)
+  if #a == 0 then return '0' end
+  local parts = {}
+  while #a > 0 do
+    local q, r = divmod_big(a, 1e7)
+    parts[#parts + 1] = r
+    a = q
+  end
+  local text = format('%d', parts[#parts])
+  for i = #parts - 1, 1, -1 do text = text .. format('%07d', parts[i]) end
+  return text
+end
+
+local function big_of_text(text)
+  local a, ten7 = {}, big(1e7)
+  local head = #text % 7
+  if head == 0 then head = 7 end
+  local at = 1
+  while at <= #text do
+    a = add(mul(a, ten7), big(tonumber(sub(text, at, at + head - 1))))
+    at = at + head
+    head = 7
+  end
+  return a
+end
+
+-- scaled_cost with the exact product (Python multiplies an int cost exactly; a fractional
+-- one in doubles, then rounds up, as here).
+local function scaled_cost_big(cost, scale)
+  if cost == floor(cost) then return mul(big(cost), big(scale)) end
+  return big(ceil(cost * scale))
 end
 
 -- fixed window -------------------------------------------------------------------------------
@@ -168,8 +320,27 @@ local function sliding_window_log(state, now, amount, period, burst, cost)
 end
 
 -- sliding window counter -----------------------------------------------------------------------
+-- floor(previous * (period - elapsed) / period) as Python computes it: a product exact below
+-- 2^53 and one correctly rounded division. Past 2^53 (limits of a billion a year), an integral
+-- previous (a Python int) takes the exact quotient q and remainder r of the big product, then
+-- Python's rounding of q + r/period to a double: up to q + 1 when the rest of the way, (period
+-- - r) / period, is at most half an ulp of q (ties go to q + 1, the even one). A fractional
+-- previous is a Python float: the same double operations as here.
 local function estimate(current, previous, elapsed, period)
-  return current + floor(previous * (period - elapsed) / period)
+  local product = previous * (period - elapsed)
+  if product < EXACT or previous ~= floor(previous) then
+    return current + floor(product / period)
+  end
+  local q, r = divmod_big(mul(big(previous), big(period - elapsed)), period)
+  q = num(q)  -- at most previous: exact
+  if q >= 1 then
+    local half_ulp = 2 ^ (floor(math.log(q) / math.log(2)) - 53)
+    -- log2 of a power of two may round down: use the exact binade of q
+    while 2 * half_ulp * 2 ^ 52 > q do half_ulp = half_ulp / 2 end
+    while 4 * half_ulp * 2 ^ 52 <= q do half_ulp = half_ulp * 2 end
+    if (period - r) <= half_ulp * period then q = q + 1 end
+  end
+  return current + q
 end
 
 -- The smallest e in [low, high] where a monotone predicate holds (it holds at high): the
@@ -239,7 +410,12 @@ local function more_quota_in(remaining, amount, current, previous, elapsed, peri
   if current == floor(current) and previous == floor(previous) and remaining == wanted - 1 then
     local weight = floor(amount - remaining) - current
     if weight >= 1 then
-      local at = period + 1 - ceil_div(weight * period, previous)
+      local at
+      if weight * period < EXACT then
+        at = period + 1 - ceil_div(weight * period, previous)
+      else  -- Python's exact integer ceiling
+        at = period + 1 - num(ceil_big(mul(big(weight), big(period)), previous))
+      end
       if at >= period then return period - elapsed end
       local goal = amount - wanted
       if estimate(current, previous, at, period) <= goal
@@ -360,6 +536,95 @@ end
 
 local DECIDE = {fixed_window, sliding_window_log, sliding_window_counter, token_bucket, gcra,
                 leaky_bucket}
+
+-- The bucket kinds past 2^53 (burst * period_us >= 2^53): algorithms/*.py step for step on
+-- big integers. State: {big level, last} (token bucket) or {big backlog, at} (GCRA, leaky
+-- bucket), stored as text "<number> <at>". Times in the outcome may pass 2^53 too (out()).
+local ZERO = {}
+
+local function backlog_now_big(state, now, amount)
+  if not state then return ZERO end
+  local backlog, at = state[1], state[2]
+  if now <= at then return add(backlog, mul(big(at - now), big(amount))) end
+  local gain = mul(big(now - at), big(amount))
+  if cmp(gain, backlog) >= 0 then return ZERO end
+  return minus(backlog, gain)
+end
+
+local function token_bucket_big(state, now, amount, period, burst, cost)
+  local full = mul(big(burst), big(period))
+  local level, last
+  if not state then
+    level, last = full, now
+  else
+    level, last = state[1], state[2]
+    if now > last then
+      local gained = add(level, mul(big(now - last), big(amount)))
+      if cmp(gained, full) < 0 then level = gained else level = full end
+      last = now
+    end
+  end
+  local needed = scaled_cost_big(cost, period)
+  if cmp(needed, level) <= 0 then
+    level = minus(level, needed)
+    local reset = out(ceil_big(minus(full, level), amount))
+    local remaining = num((divmod_big(level, period)))
+    local more = 0
+    if cmp(level, full) < 0 then
+      more = out(ceil_big(minus(mul(big(remaining + 1), big(period)), level), amount))
+    end
+    return {true, remaining, reset, 0, 0, {level, last}, reset, more}
+  end
+  local retry = huge
+  if cost <= burst then retry = out(ceil_big(minus(needed, level), amount)) end
+  return {false, num((divmod_big(level, period))), out(ceil_big(minus(full, level), amount)),
+          retry, 0, nil, 0}
+end
+
+-- GCRA and the leaky bucket: a request of step passes when queued + step <= capacity.
+local function bucket_big(state, now, amount, period, burst, cost, shapes)
+  local capacity = mul(big(burst), big(period))
+  local queued = backlog_now_big(state, now, amount)
+  local backlog = add(queued, scaled_cost_big(cost, period))
+  if cmp(backlog, capacity) <= 0 then
+    local delay = 0
+    if shapes then delay = out(ceil_big(queued, amount)) end
+    local reset = out(ceil_big(backlog, amount))
+    local room = minus(capacity, backlog)
+    local remaining = num((divmod_big(room, period)))
+    local more = 0
+    if remaining < burst then  -- one more unit fits once room grows to (remaining + 1) * period
+      more = out(ceil_big(minus(mul(big(remaining + 1), big(period)), room), amount))
+    end
+    return {true, remaining, reset, 0, delay, {backlog, now}, reset, more}
+  end
+  local retry = huge
+  if cost <= burst then retry = out(ceil_big(minus(backlog, capacity), amount)) end
+  local remaining
+  if cmp(queued, capacity) <= 0 then
+    remaining = num((divmod_big(minus(capacity, queued), period)))
+  else  -- Python's floor division of a negative room
+    remaining = -num(ceil_big(minus(queued, capacity), period))
+  end
+  return {false, remaining, out(ceil_big(queued, amount)), retry, 0, nil, 0}
+end
+
+local function gcra_big(state, now, amount, period, burst, cost)
+  return bucket_big(state, now, amount, period, burst, cost, false)
+end
+
+local function leaky_bucket_big(state, now, amount, period, burst, cost)
+  return bucket_big(state, now, amount, period, burst, cost, true)
+end
+
+local DECIDE_BIG = {[4] = token_bucket_big, [5] = gcra_big, [6] = leaky_bucket_big}
+
+-- Whether a check of the bucket kinds needs big integers (the product rounds up to 2^53
+-- exactly when it reaches it).
+local function is_big(code, period, burst)
+  return code >= 4 and burst * period >= EXACT
+end
+
 local LOG = 2
 
 -- storage ------------------------------------------------------------------------------------
@@ -373,7 +638,6 @@ end
 -- what it lacks to be full, burst * period - level). It passes 2^53, so it is read and
 -- written in two decimal halves of 8 digits (B): every step stays exact.
 local B = 1e8
-local EXACT = 2^53
 local NOW_HI, NOW_LO = nil, nil
 
 -- Exact integer division of v < 2^53 by m: v / m is rounded, so the quotient is corrected.
@@ -408,7 +672,13 @@ local function unpack_int(raw, code, amount, period, burst)
 end
 
 -- Returns the state (nil when absent) and its stored text (for the deny cache).
-local function load(key, code, amount, period, burst)
+local function load(key, code, amount, period, burst, is_big_check)
+  if is_big_check then  -- "<number> <at>" (see store)
+    local raw = redis.call('GET', key)
+    if not raw then return nil, '' end
+    local number, at = match(raw, '^(%d+) (%-?%d+)$')
+    return {big_of_text(number), tonumber(at)}, raw
+  end
   if code == LOG then
     local raw = redis.call('LRANGE', key, 0, -1)
     if #raw == 0 then return nil, '' end
@@ -487,7 +757,18 @@ local function pack_state(code, state, amount, period, burst)
   return '\0' .. pack('<dd', state[1], state[2])
 end
 
-local function store(key, code, state, ms, amount, period, burst)
+local function store(key, code, state, ms, amount, period, burst, is_big_check)
+  if is_big_check then
+    -- The big number in decimal, then the instant it holds at (Python's parse_state reads
+    -- this text as (level, last) or (backlog, at)). A TTL past 2^53 us (285 years) is none.
+    local value = big_text(state[1]) .. ' ' .. format('%d', state[2])
+    if type(ms) == 'table' then
+      redis.call('SET', key, value)
+    else
+      redis.call('SET', key, value, 'PX', format('%d', ms))
+    end
+    return
+  end
   if code ~= LOG then
     local value = pack_state(code, state, amount, period, burst)
     -- Whole numbers as '%d' (C's integer printing): redis.call would write a number with
@@ -520,13 +801,28 @@ local function store(key, code, state, ms, amount, period, burst)
   redis.call('PEXPIRE', key, ms)
 end
 
-local function refund(key, code, now, amount, period, burst, cost)
+local function refund(key, code, now, amount, period, burst, cost, is_big_check)
   if code == LOG then
     redis.call('LREM', key, -1, log_item({now, cost}))
     return
   end
-  local state = load(key, code, amount, period, burst)
+  local state = load(key, code, amount, period, burst, is_big_check)
   if not state then return end
+  if is_big_check then  -- as below, on big integers, brought to now first
+    local step = scaled_cost_big(cost, period)
+    if code == 4 then
+      local full = mul(big(burst), big(period))
+      local level = add(state[1], step)
+      if cmp(level, full) > 0 then level = full end
+      state[1] = level
+    else
+      local backlog = backlog_now_big(state, now, amount)
+      if cmp(backlog, step) <= 0 then state[1] = ZERO else state[1] = minus(backlog, step) end
+      state[2] = now
+    end
+    redis.call('SET', key, big_text(state[1]) .. ' ' .. format('%d', state[2]), 'KEEPTTL')
+    return
+  end
   if code == 1 or code == 3 then
     local window = floordiv(now, period)
     if state[1] == window then
@@ -570,11 +866,11 @@ local margin_ms = tonumber(margin)
 local checks = {}
 for i = 1, #KEYS do
   local code, amount, period, burst, cost = unpack_struct('<ddddd', ARGV[i + 1])
-  checks[i] = {KEYS[i], code, amount, period, burst, cost}
+  checks[i] = {KEYS[i], code, amount, period, burst, cost, is_big(code, period, burst)}
 end
 
 if mode == 'refund' then
-  for _, c in ipairs(checks) do refund(c[1], c[2], now, c[3], c[4], c[5], c[6]) end
+  for _, c in ipairs(checks) do refund(c[1], c[2], now, c[3], c[4], c[5], c[6], c[7]) end
   return pack('<dd', now, 1)
 end
 
@@ -585,11 +881,11 @@ local all_allowed = true
 for i, c in ipairs(checks) do
   local entry = seen[c[1]]
   if not entry then
-    local state, raw = load(c[1], c[2], c[3], c[4], c[5])
+    local state, raw = load(c[1], c[2], c[3], c[4], c[5], c[7])
     entry = {state = state, raw = raw, before = state}
     seen[c[1]] = entry
   end
-  local outcome = DECIDE[c[2]](entry.state, now, c[3], c[4], c[5], c[6])
+  local outcome = (c[7] and DECIDE_BIG or DECIDE)[c[2]](entry.state, now, c[3], c[4], c[5], c[6])
   outcomes[i] = outcome
   if outcome[1] then
     if outcome[6] ~= nil then entry.state = outcome[6] end
@@ -603,7 +899,7 @@ end
 if not (mode == 'hit' and all_allowed) then
   for i, c in ipairs(checks) do
     if outcomes[i][1] and c[6] ~= 0 then
-      outcomes[i] = DECIDE[c[2]](seen[c[1]].before, now, c[3], c[4], c[5], 0)
+      outcomes[i] = (c[7] and DECIDE_BIG or DECIDE)[c[2]](seen[c[1]].before, now, c[3], c[4], c[5], 0)
     end
   end
 end
@@ -618,8 +914,52 @@ if mode == 'hit' and all_allowed then
   end
   for _, key in ipairs(order) do
     local f = final[key]
-    store(key, f[1], f[2], ceil(f[3] / 1000) + margin_ms, f[4][3], f[4][4], f[4][5])
+    local ttl = f[3]
+    local ms
+    if type(ttl) == 'table' then
+      ms = ttl  -- past 2^53 us: kept without a TTL
+    else
+      ms = ceil(ttl / 1000) + margin_ms
+    end
+    store(key, f[1], f[2], ms, f[4][3], f[4][4], f[4][5], f[4][7])
   end
+end
+
+-- A number past 2^53 (a big limit's times): every check's numbers as text, after its length;
+-- the head's flags (+4) say so.
+local text = nil
+for i = 1, #checks do
+  for _, value in ipairs({outcomes[i][3], outcomes[i][4], outcomes[i][5], outcomes[i][7], outcomes[i][8] or 0}) do
+    if type(value) == 'table' then text = {} break end
+  end
+  if text then break end
+end
+if text then
+  for i = 1, #checks do
+    local o = outcomes[i]
+    local fields = {o[1] and '1' or '0'}
+    for _, value in ipairs({o[2], o[3], o[4], o[5], o[7], o[8] or 0}) do
+      if type(value) == 'table' then
+        fields[#fields + 1] = big_text(value)
+      elseif value == huge then
+        fields[#fields + 1] = 'inf'
+      elseif value == floor(value) and value < EXACT and value > -EXACT then
+        fields[#fields + 1] = format('%d', value)
+      else
+        fields[#fields + 1] = format('%.17g', value)
+      end
+    end
+    text[i] = table.concat(fields, ' ')
+  end
+  local body = table.concat(text, ';')
+  local reply = {pack('<dd', now, (all_allowed and 1 or 0) + 4), pack('<d', #body), body}
+  if want_state and not all_allowed then
+    for _, c in ipairs(checks) do
+      local raw = seen[c[1]].raw
+      reply[#reply + 1] = pack('<d', #raw) .. raw
+    end
+  end
+  return table.concat(reply)
 end
 
 -- Every number whole (the usual case): eight-byte integers, which the client takes as they
