@@ -9,6 +9,7 @@ answers are held to the same standard.
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 
 import pytest
@@ -213,3 +214,32 @@ def test_a_million_a_day_is_exact_on_every_algorithm(
     ]
     for limit in limits:
         asyncio.run(_compare_big(url, [limit], schedule))
+
+
+def test_the_sliding_counters_rounding_past_2_53_is_pythons(redis_url: str) -> None:
+    """Past 2^53 the weighted count is Python's: the exact product, then one correctly rounded
+    division, which here rounds up to the next integer (the exact floor is one less)."""
+    amount, seconds, period = 432_565_839, 244_663_010, 244_663_010 * 10**6
+    elapsed = 162_619_448_375_168  # previous * (period - elapsed) / period = 145053566 - 3e-9
+    limit = Limit(f"{amount}/{seconds} seconds")
+    weighted = amount * (period - elapsed)
+    assert weighted // period == 145_053_565 and math.floor(weighted / period) == 145_053_566
+
+    async def run() -> None:
+        from asgi_ratelimit.backends.redis import RedisBackend
+
+        clock = FakeClock(seconds)  # the start of window 1
+        memory = MemoryBackend(clock=clock)
+        prefix = f"round{uuid.uuid4().hex[:10]}:"
+        async with RedisBackend.from_url(url=redis_url, clock=clock, prefix=prefix) as redis:
+            checks = [Check("k", limit, amount)]  # the whole window at once
+            assert (await memory.hit(checks))[0].allowed and (await redis.hit(checks))[0].allowed
+            clock.now = (2 * period + elapsed) / 1_000_000
+            expected, actual = (
+                await memory.peek([Check("k", limit, 1)]),
+                await redis.peek([Check("k", limit, 1)]),
+            )
+            assert expected[0].remaining == amount - 145_053_566
+            assert actual == [outcome._replace(state=None) for outcome in expected]
+
+    asyncio.run(run())
