@@ -1,6 +1,7 @@
 """The API a cross-origin page calls (tests/browser): the arrangement of docs/guide/browsers.md.
 
-``PAGE_ORIGIN`` (the page's origin) comes from the environment: the test starts the page first.
+The environment says the page's origin (``PAGE_ORIGIN``: the test starts the page first) and,
+with ``CORS_ORDER=inside``, puts CORS inside the limiter instead.
 """
 
 from __future__ import annotations
@@ -60,20 +61,22 @@ def counted(app: ASGIApp) -> ASGIApp:
 limiter = RateLimiter(
     rules=[Rule("/search", limits=Limit("3 per 2 seconds", algorithm="sliding_window_log"))]
 )
+cors = Middleware(
+    CORSMiddleware,
+    allow_origins=[os.environ["PAGE_ORIGIN"]],
+    allow_headers=["X-API-Key"],
+    expose_headers=RATE_LIMIT_HEADERS,
+    # No preflight cache: every fetch is preflighted, so the preflights outnumber the limit
+    # and would show in the statuses if they were counted.
+    max_age=0,
+)
+limited = Middleware(RateLimitMiddleware, limiter=limiter)
+# CORS_ORDER=inside: the mistake the guide warns about, which the test shows a page suffers.
+# Then the preflights reach the limiter (outside, CORSMiddleware answers them itself).
+inside = os.environ.get("CORS_ORDER") == "inside"
 app = counted(
     Starlette(
         routes=[Route("/search", search), Route("/seen", seen)],
-        middleware=[
-            Middleware(
-                CORSMiddleware,
-                allow_origins=[os.environ["PAGE_ORIGIN"]],
-                allow_headers=["X-API-Key"],
-                expose_headers=RATE_LIMIT_HEADERS,
-                # No preflight cache: every fetch is preflighted, so the preflights outnumber
-                # the limit and would show in the statuses if they were counted.
-                max_age=0,
-            ),  # outermost
-            Middleware(RateLimitMiddleware, limiter=limiter),
-        ],
+        middleware=[limited, cors] if inside else [cors, limited],  # the first is outermost
     )
 )
