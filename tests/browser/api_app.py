@@ -15,12 +15,18 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from asgi_ratelimit import Limit, RateLimiter, RateLimitMiddleware, Rule
 
-RATE_LIMIT_HEADERS = ["Retry-After", "RateLimit", "RateLimit-Policy",
-                      "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]  # fmt: skip
+RATE_LIMIT_HEADERS = [
+    "Retry-After",
+    "RateLimit",
+    "RateLimit-Policy",
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+]
 
 #: "METHOD status allow-origin" -> how many answers /search gave: what the browser really sent,
 #: preflights included, and whether each answer carried CORS, which the page cannot see.
@@ -36,14 +42,14 @@ async def seen(request: Request) -> JSONResponse:
 
 
 def counted(app: ASGIApp) -> ASGIApp:
-    """Count every answer to /search (method, status, allow-origin), outside CORS and the limiter."""
+    """Count the answers to /search (method, status, allow-origin), outside CORS and limiter."""
 
     async def wrapper(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != "/search":
             await app(scope, receive, send)
             return
 
-        async def count(message: dict) -> None:  # type: ignore[type-arg]
+        async def count(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = dict(message.get("headers", []))
                 origin = headers.get(b"access-control-allow-origin", b"-").decode()
