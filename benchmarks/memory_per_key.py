@@ -1,4 +1,4 @@
-"""Bytes per active key of our `MemoryBackend`, per algorithm, and the cost of one ``hit_sync``.
+"""Bytes per active key of our `MemoryBackend`, per algorithm, and the cost of one ``decide``.
 
     .venv/bin/python -m benchmarks.memory_per_key            # 100,000 keys per algorithm
     .venv/bin/python -m benchmarks.memory_per_key --keys 20000 --no-speed
@@ -8,7 +8,7 @@ distinct keys (``user:00000000`` ...) on a ``100/hour`` limit, at a fixed instan
 string is built inside the loop and dropped by the caller after its request, as a server drops
 a request's identity: whatever the backend keeps of it (the string itself, a copy, a
 concatenation) is counted. Time is the median over ``--repeat`` runs of
-``hit_sync([Check(key, limit)])`` cycling over ``--keys`` keys that already have live state
+``decide([Check(key, limit)])`` cycling over ``--keys`` keys that already have live state
 (the steady state of a busy server), in microseconds per call.
 """
 
@@ -44,14 +44,14 @@ def bytes_per_key(algorithms: str | list[str], n: int, requests_per_key: int = 1
     names = [algorithms] if isinstance(algorithms, str) else algorithms
     limits = [Limit(_TEXT, algorithm=name) for name in names]  # type: ignore[arg-type]
     backend = MemoryBackend(clock=lambda: _NOW, max_keys=n * 2 * len(limits))
-    backend.hit_sync([Check("warm-up", limit) for limit in limits])
+    backend.decide([Check("warm-up", limit) for limit in limits])
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for _ in range(requests_per_key):
         for i in range(n):
             key = _key(i)
-            backend.hit_sync([Check(key, limit) for limit in limits])
+            backend.decide([Check(key, limit) for limit in limits])
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
@@ -61,14 +61,14 @@ def bytes_per_key(algorithms: str | list[str], n: int, requests_per_key: int = 1
 
 
 def us_per_hit(algorithm: str, n: int, repeat: int = 5) -> float:
-    """Median microseconds of one ``hit_sync`` of one check, over ``n`` keys with state."""
+    """Median microseconds of one ``decide`` of one check, over ``n`` keys with state."""
     # Never exhausted by the repeats, and no state expires between two of them.
     limit = Limit("1000/hour", algorithm=algorithm)  # type: ignore[arg-type]
     backend = MemoryBackend(max_keys=n * 2)
     checks = [[Check(_key(i), limit)] for i in range(n)]
     for one in checks:
-        backend.hit_sync(one)
-    hit = backend.hit_sync
+        backend.decide(one)
+    hit = backend.decide
     runs = []
     for _ in range(repeat):
         started = time.perf_counter()

@@ -112,26 +112,6 @@ class HeaderRenderer:
                 if last[0] == numbers:
                     return last[1]
                 return self._one(parts, numbers)
-        elif len(policies) == 1:
-            # A refusal of one policy (a client over its limit keeps asking): its last
-            # refusal's headers when the numbers are the same.
-            refused = policies[0]
-            parts = self._parts(refused)
-            values = (
-                decision.retry_after_header,
-                refused.remaining,
-                whole_seconds(refused.reset_after),
-                whole_seconds(refused.next_after),
-            )
-            kept = parts.last_refusal
-            if kept[0] == values:
-                return kept[1]
-            refusal = tuple(self._general(decision, policies))
-            parts.last_refusal = (values, refusal)
-            return refusal
-        return self._general(decision, policies)
-
-    def _general(self, decision: Decision, policies: tuple[PolicyStatus, ...]) -> list[RawHeader]:
         headers: list[RawHeader] = []
         if not decision.allowed:
             retry_after = decision.retry_after_header
@@ -180,7 +160,7 @@ class HeaderRenderer:
 class _Parts:
     """One policy's constant header parts, encoded, and its last one-policy headers."""
 
-    __slots__ = ("item", "last", "last_refusal", "limit", "limit_id", "name")
+    __slots__ = ("item", "last", "limit", "limit_id", "name")
 
     def __init__(self, policy: PolicyStatus) -> None:
         # Policies of one name may differ in their limit (a tier's): it is checked each time.
@@ -189,10 +169,6 @@ class _Parts:
         self.item = b"%s;q=%d;w=%d" % (self.name, _sf_int(policy.quota), _sf_int(policy.window))
         self.limit = (LIMIT, b"%d" % _sf_int(policy.capacity))
         self.last: tuple[tuple[int, int, int], tuple[RawHeader, ...]] = ((-1, -1, -1), ())
-        self.last_refusal: tuple[tuple[int | None, int, int, int], tuple[RawHeader, ...]] = (
-            (-1, -1, -1, -1),
-            (),
-        )
 
     def state(self, remaining: int, upcoming: float) -> bytes:
         return b"%s;r=%d;t=%d" % (self.name, _sf_int(remaining), whole_seconds(upcoming))

@@ -69,20 +69,24 @@ def test_refusal_bodies_are_cached_per_limiter_and_bounded() -> None:
 
 
 def test_a_kept_refusal_is_served_only_while_its_numbers_hold() -> None:
-    # The renderer keeps each policy's last refusal; every answer must equal a fresh render.
+    # A limiter keeps each one-policy refusal; every answer must equal a fresh one, and its
+    # headers list must be its own (a server or on_limited may change it).
     clock = FakeClock(ALIGNED)
     limiter = RateLimiter(
         backend=MemoryBackend(clock=clock), rules=[Rule("/", limits="2/minute", name="m")]
     )
-    refusals = []
+    responses = Responses(limiter.renderer)
+    retry_afters = []
     for step in [0.0, 0.0, 0.0, 0.2, 0.5, 1.0, 30.0, 30.0, 29.0, 0.5]:
         clock.advance(step)
         decision = limiter.check(scope_of("/"))
         assert isinstance(decision, Decision)
-        rendered = limiter.renderer.render(decision)
-        assert list(rendered) == list(HeaderRenderer("both").render(decision))
         if not decision.allowed:
-            refusals.append(dict(rendered)[b"retry-after"])
+            denial = responses.refusal(decision)
+            assert denial == Responses(HeaderRenderer("both")).refusal(decision)
+            denial.headers.clear()
+            retry_afters.append(dict(responses.refusal(decision).headers)[b"retry-after"])
     # 2 admitted at 0 s; more quota 1 us after the window turns at 60 s, rounded up. The
     # refusals at 0.2 s and 0.7 s share their numbers: the second is the kept one.
-    assert refusals[:5] == [b"61", b"60", b"60", b"59", b"29"]
+    assert retry_afters[:5] == [b"61", b"60", b"60", b"59", b"29"]
+    assert len(responses._kept) == 4

@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, NamedTuple
 
 from .._decision import Decision
-from .._headers import HeaderRenderer, RawHeader, RawHeaders
+from .._headers import HeaderRenderer, RawHeader, RawHeaders, whole_seconds
+from .._named import new_named
 
 __all__ = [
     "PROBLEM_JSON",
@@ -49,20 +50,41 @@ class Denial(NamedTuple):
 
 
 class Responses:
-    """The refusals of one limiter: its header style, its bounded body cache."""
+    """The refusals of one limiter: its header style, its bounded caches."""
 
     def __init__(self, renderer: HeaderRenderer) -> None:
         self.renderer = renderer
         self._bodies: dict[tuple[object, ...], tuple[bytes, tuple[RawHeader, ...]]] = {}
+        self._kept: dict[tuple[object, ...], Denial] = {}
 
     def refusal(self, decision: Decision) -> Denial:
         """The 429 (or, for a request that can never pass, the 413) of ``decision``."""
         policies = decision.policies
-        violated: tuple[str, ...] = (
-            (policies[0].name,)  # one policy (the usual refusal): it is the one that refused
-            if len(policies) == 1
-            else tuple([p.name for p in policies if not p.allowed])
+        if len(policies) != 1:
+            return self._denial(decision)
+        # One policy (the usual refusal), and a client over its limit keeps asking: the whole
+        # answer is a function of the policy and four whole numbers, kept per them.
+        policy = policies[0]
+        key = (
+            policy.name,
+            policy.limit.id,
+            decision.retry_after_header,
+            policy.remaining,
+            whole_seconds(policy.reset_after),
+            whole_seconds(policy.next_after),
         )
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = self._denial(decision)
+            if len(self._kept) >= _BODY_CACHE:
+                self._kept.clear()  # bounded: start over rather than grow
+            self._kept[key] = kept
+        status, headers, body = kept
+        return new_named(Denial, (status, list(headers), body))  # a list of its own
+
+    def _denial(self, decision: Decision) -> Denial:
+        policies = decision.policies
+        violated = tuple([p.name for p in policies if not p.allowed])
         retry = decision.retry_after_header
         status = 413 if retry is None else 429
         key = (decision.policy, retry, violated, decision.limit)
