@@ -19,14 +19,7 @@ import logging
 from collections.abc import Awaitable, Sequence
 from typing import get_args
 
-from ._decision import (
-    Charge,
-    Decision,
-    FailurePolicy,
-    Policy,
-    PolicyStatus,
-    decide_from,
-)
+from ._decision import Charge, Decision, FailurePolicy, Policy, PolicyStatus, decide_from
 from ._errors import BackendError, ConfigurationError
 from ._identity import Identity
 from ._named import new_named

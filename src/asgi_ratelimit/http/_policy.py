@@ -86,17 +86,7 @@ class RequestPolicy:
         identity = self.identities.identify(scope)
         if not isinstance(identity, Identity):
             return self._check_later(scope, identity, consume)
-        # _check_identified, inlined: every request.
-        if self._lists:
-            access = self.access(scope, identity)
-            if access is not None:
-                return access
-        route = self.rules.route(scope)
-        if route.static_costs:  # every cost is a number: the usual request
-            checks, policies = self.checks(scope, identity, route)
-            return self.engine.decide(checks, policies, identity, consume)
-        costs = self._costs(scope, route.rules)
-        return self._decide_later(scope, identity, route, costs, consume)
+        return self._check_identified(scope, identity, consume)
 
     async def _check_later(
         self, scope: Scope, pending: Awaitable[Identity], consume: bool
