@@ -59,6 +59,10 @@ class RateLimiter:
             default_limits="1000/hour", allow=["127.0.0.1/32"], deny=["203.0.113.0/24"],
         )
         app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    Set-ups that run but do not limit what was meant (a rule's method no client sends,
+    ``trusted_proxies`` that trust everyone, a proxy's ``X-Forwarded-For`` while no proxy is
+    trusted) are logged once as warnings; ``validate=False`` turns these checks off.
     """
 
     def __init__(
@@ -73,7 +77,10 @@ class RateLimiter:
         deny: Iterable[str] = (),
         on_backend_error: FailurePolicy = "allow",
         headers: HeaderStyle = "both",
+        validate: bool = True,
     ) -> None:
+        if not isinstance(validate, bool):
+            raise ConfigurationError(f"validate={validate!r}: must be True or False")
         if headers not in HEADER_STYLES:
             raise ConfigurationError(
                 f"headers={headers!r}: unknown style (use 'both', 'legacy', 'ietf' or 'none')"
@@ -88,15 +95,27 @@ class RateLimiter:
             default_tier=default_tier,
             allow=allow,
             deny=deny,
+            validate=validate,
         )
         self.header_style: HeaderStyle = headers
         self.check: Callable[..., Checked | Awaitable[Checked]] = self.policy.check
         """The one request path: ``limiter.check(scope, consume=True)`` answers a `Decision`,
         an ``Access`` (the allow or deny list decided), or an awaitable of one. What the
         middleware and the route-level doors call; bound once, since it runs per request."""
+        if self.policy.validation.requests_to_inspect:
+            self.check = self._inspecting_check  # the first requests only (start-up checks)
         #: the limiter's one header renderer (its caches are its own, and bounded)
         self.renderer = HeaderRenderer(headers)
         self._direct_limits: dict[str | Limit, tuple[tuple[Limit, ...], tuple[Policy, ...]]] = {}
+
+    def _inspecting_check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
+        """`check`, after a look at the request for the start-up checks; once those have seen
+        enough, `check` is the policy's own again, so later requests pay nothing."""
+        validation = self.policy.validation
+        validation.inspect(scope)
+        if not validation.requests_to_inspect:
+            self.check = self.policy.check
+        return self.policy.check(scope, consume)
 
     @property
     def rules(self) -> tuple[Rule, ...]:

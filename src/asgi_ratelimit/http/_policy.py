@@ -27,6 +27,7 @@ from ._access import AccessList
 from ._identity import IdentityResolver
 from ._rules import Rule, TieredLimits, validate_cost
 from ._ruleset import Route, RuleSet
+from ._validation import Validation
 from .identity._base import IdentitySource, Scope
 
 __all__ = ["Access", "RequestPolicy"]
@@ -58,6 +59,7 @@ class RequestPolicy:
         default_tier: str,
         allow: Iterable[str],
         deny: Iterable[str],
+        validate: bool = True,
     ) -> None:
         self.engine = engine
         self.identities = IdentityResolver(identify)
@@ -71,6 +73,7 @@ class RequestPolicy:
             for named in rule.tiers.values():
                 for _, limit in named:
                     engine.backend.validate_limit(limit)
+        self.validation = Validation(self.rules.all_rules, self.identities.ip, validate)
 
     def check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
         """Deny list, allow list, identity, rules, then one atomic decision for every rule.
