@@ -729,3 +729,30 @@ async def test_short_hmac_secret_works_and_is_reported_once(
         forged = jwt.encode({"sub": "ann"}, "secreT", algorithm="HS256")
     scope = {"type": "http", "headers": [(b"authorization", f"Bearer {forged}".encode())]}
     assert await settle(source(scope)) is None
+
+
+# -- why a token was not accepted: DEBUG, never the token ------------------------------------
+
+
+async def test_a_rejected_token_says_why_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    forged = hs256(claims(), secret="another-secret-of-sufficient-length-000")
+    expired = hs256(claims(exp=now() - 600))
+    tokens = [
+        forged,
+        expired,
+        hs256(claims(), secret=SECRET * 2, algorithm="HS512"),
+        hs256({"exp": now() + 600}),
+        "not.a.jwt",
+    ]
+    with caplog.at_level(logging.DEBUG, logger="asgi_ratelimit"):
+        for token in tokens:
+            assert await settle(hs(scope(token))) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "JWTSubject: token not accepted, InvalidSignatureError: Signature verification failed",
+        "JWTSubject: token not accepted, ExpiredSignatureError: Signature has expired",
+        "JWTSubject: token not accepted, alg 'HS512' is not one of ['HS256']",
+        "JWTSubject: token not accepted, claim 'sub' is missing, empty or too long",
+        "JWTSubject: token not accepted, its header does not parse (DecodeError)",
+    ]
+    assert all(r.levelno == logging.DEBUG for r in caplog.records)
+    assert not any(token in caplog.text for token in tokens)

@@ -147,11 +147,12 @@ class JWTSubject:
             return None
         try:
             header = pyjwt.get_unverified_header(token)
-        except (pyjwt.PyJWTError, ValueError, TypeError):
-            return None
+        except (pyjwt.PyJWTError, ValueError, TypeError) as exc:
+            return _rejected("its header does not parse (%s)", type(exc).__name__)
         alg = header.get("alg")
         if not isinstance(alg, str) or alg not in self.algorithms:
-            return None  # "none", or an algorithm we did not allow: never verify with it
+            # "none", or an algorithm we did not allow: never verify with it
+            return _rejected("alg %r is not one of %s", alg, list(self.algorithms))
         if self._jwks is None:
             return self._verified(token, self._keys[alg], alg)
         return self._verified_by_jwks(token, header.get("kid"), alg)
@@ -160,7 +161,7 @@ class JWTSubject:
         assert self._jwks is not None
         jwk = await self._jwks.key(kid)
         if jwk is None or (jwk.algorithm is not None and jwk.algorithm != alg):
-            return None
+            return _rejected("the key set has no %s key with kid %r", alg, kid)
         return self._verified(token, jwk.key, alg)
 
     def _verified(self, token: str, key: Any, alg: str) -> Identity | None:
@@ -176,11 +177,11 @@ class JWTSubject:
                     issuer=self.issuer,
                     leeway=self.leeway,
                 )
-        except (pyjwt.PyJWTError, ValueError, TypeError):
-            return None
+        except (pyjwt.PyJWTError, ValueError, TypeError) as exc:
+            return _rejected("%s: %s", type(exc).__name__, exc)
         subject = claims.get(self.subject_claim)
         if not isinstance(subject, str) or not subject or len(subject) > MAX_SUBJECT_CHARS:
-            return None
+            return _rejected("claim %r is missing, empty or too long", self.subject_claim)
         tier = claims.get(self.tier_claim) if self.tier_claim else None
         return Identity(
             key=f"user:{subject}", tier=tier if isinstance(tier, str) else None, source="jwt"
@@ -235,6 +236,13 @@ def _check_algorithms(algorithms: Sequence[str]) -> tuple[str, ...]:
             "use one JWTSubject per key"
         )
     return algs
+
+
+def _rejected(reason: str, *args: object) -> Identity | None:
+    """No identity from a token that does not verify: DEBUG, with why (never the token
+    itself); the request then falls back to the next identity source."""
+    logger.debug("JWTSubject: token not accepted, " + reason, *args)
+    return None
 
 
 def _prepare_keys(key: Any, algorithms: tuple[str, ...]) -> dict[str, Any]:
