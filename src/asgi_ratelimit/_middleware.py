@@ -22,6 +22,7 @@ from ._log_once import LogOnce
 from .http._ledger import remember
 from .http._policy import Access
 from .http._responses import Responses, forbidden, send_response
+from .http._validation import check_routes
 
 __all__ = ["OnLimited", "RateLimitMiddleware"]
 
@@ -137,8 +138,21 @@ class RateLimitMiddleware:
                 await self.app(scope, receive, send)
         elif kind == "websocket" and self.websocket:
             await self._websocket(scope, receive, send)
+        elif kind == "lifespan" and self.limiter.policy.validation.enabled:
+            await self.app(scope, receive, self._checking_routes(send))
         else:  # lifespan, websockets when not limited, and types we do not know
             await self.app(scope, receive, send)
+
+    def _checking_routes(self, send: Send) -> Send:
+        """``send``, checking the rules against the app's routes once the app has started
+        (its routes are known then: FastAPI's included routers too)."""
+
+        async def checking(message: Message) -> None:
+            if message.get("type") == "lifespan.startup.complete":
+                check_routes(self.limiter.policy.validation.rules, self.app)
+            await send(message)
+
+        return checking
 
     def _answer(self, scope: Scope) -> Decision | Access | Awaitable[Decision | Access] | None:
         """The limiter's answer for ``scope`` (None when it failed: logged)."""

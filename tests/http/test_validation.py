@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from asgi_ratelimit import ClientIP, Decision, MemoryBackend, RateLimiter, Rule
+from asgi_ratelimit import ClientIP, Decision, MemoryBackend, RateLimiter, RateLimitMiddleware, Rule
 from asgi_ratelimit.http._validation import INSPECTED_REQUESTS
 
 SILENCE = " (RateLimiter(validate=False) turns these checks off)"
@@ -91,3 +91,107 @@ def test_validate_false_silences_every_check(caplog: pytest.LogCaptureFixture) -
     other = RateLimiter(validate=False)
     other.check(scope_of((b"x-forwarded-for", b"203.0.113.9")))
     assert warnings(caplog) == []
+
+
+async def start_and_stop(app: Any) -> list[str]:
+    """Run ``app``'s lifespan as a server does; the messages it sent."""
+    incoming = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent: list[str] = []
+
+    async def receive() -> dict[str, Any]:
+        return incoming.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message["type"])
+
+    await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+    return sent
+
+
+def fastapi_app(limiter: RateLimiter) -> Any:
+    from fastapi import APIRouter, FastAPI
+    from starlette.staticfiles import StaticFiles
+
+    app = FastAPI()
+    router = APIRouter(prefix="/users")
+
+    @router.get("/{user_id}")
+    async def user(user_id: int) -> dict[str, int]:
+        return {"id": user_id}
+
+    @app.post("/auth/login")
+    async def login() -> dict[str, str]:
+        return {}
+
+    @app.get("/items/{item_id}")
+    async def item(item_id: int) -> dict[str, int]:
+        return {"id": item_id}
+
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=".", check_dir=False))
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    return app
+
+
+async def test_a_rule_that_matches_no_route_is_named_at_startup(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    limiter = RateLimiter(
+        rules=[
+            Rule("/auth/logn", methods=["POST"], limits="5/minute"),  # the typo
+            Rule("/auth/login", methods=["POST"], limits="5/minute"),
+            Rule("/items/{id:int}", limits="5/minute"),
+            Rule("/users/{uid}", limits="5/minute"),  # an included router's route
+            Rule("/static/{p:path}", limits="50/minute"),  # under a mounted app
+            Rule("/reports", limits="5/minute"),
+        ],
+        default_limits="100/minute",
+    )
+    sent = await start_and_stop(fastapi_app(limiter))
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    routes = (
+        "/openapi.json, /docs, /docs/oauth2-redirect, /redoc, /auth/login, /items/{item_id}, "
+        "/users/{user_id}, /static/{path:path}"
+    )
+    assert warnings(caplog) == [
+        "rule '/auth/logn' matches no route of the app, so it never limits anything: did you "
+        f"mean '/auth/login'? (routes: {routes})" + SILENCE,
+        "rule '/reports' matches no route of the app, so it never limits anything: check the "
+        f"path (routes: {routes})" + SILENCE,
+    ]
+
+
+async def test_routes_are_not_checked_with_validate_false(caplog: pytest.LogCaptureFixture) -> None:
+    limiter = RateLimiter(rules=[Rule("/auth/logn", limits="5/minute")], validate=False)
+    await start_and_stop(fastapi_app(limiter))
+    assert warnings(caplog) == []
+
+
+async def test_starlette_mounts_are_walked_and_plain_asgi_apps_say_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    async def ok(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    limiter = RateLimiter(rules=[Rule("/api/itmes", limits="5/minute")])
+    app = Starlette(routes=[Mount("/api", routes=[Route("/items", ok)])])
+    await start_and_stop(RateLimitMiddleware(app, limiter=limiter))
+    assert warnings(caplog) == [
+        "rule '/api/itmes' matches no route of the app, so it never limits anything: did you "
+        "mean '/api/items'? (routes: /api/items)" + SILENCE
+    ]
+    caplog.clear()
+
+    async def plain(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await receive()
+            await send({"type": "lifespan.startup.complete"})
+            await receive()
+            await send({"type": "lifespan.shutdown.complete"})
+
+    await start_and_stop(RateLimitMiddleware(plain, limiter=limiter))
+    assert warnings(caplog) == []  # no routes to read: nothing said rather than a guess

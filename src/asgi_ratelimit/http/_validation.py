@@ -7,13 +7,16 @@ turns them off.
 - at construction: a rule's method that no client sends (``methods=["PSOT"]``), and
   ``trusted_proxies`` that trust every address (``0.0.0.0/0``, ``::/0``);
 - at the first request that shows it (the first requests are looked at, then none, so the
-  request path pays one attribute test): ``X-Forwarded-For`` or ``Forwarded`` from a peer
-  while ``ClientIP`` trusts no proxy (every client behind that proxy shares one budget).
+  request path pays nothing): ``X-Forwarded-For`` or ``Forwarded`` from a peer while
+  ``ClientIP`` trusts no proxy (every client behind that proxy shares one budget);
+- at the app's lifespan start-up, when its routes are known: a rule that matches no route of
+  a Starlette or FastAPI app (``/auth/logn``).
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -43,6 +46,8 @@ class Validation:
     """One limiter's start-up checks: those of its configuration run here, at once."""
 
     def __init__(self, rules: Iterable[Rule], ip: ClientIP, enabled: bool) -> None:
+        self.enabled = enabled
+        self.rules = tuple(rules)
         #: requests still to look at for forwarding headers (0: none, the usual state)
         self.requests_to_inspect = 0
         if not enabled:
@@ -95,3 +100,74 @@ def _trusting_everyone(ip: ClientIP) -> list[str]:
         f"client can pick its own rate-limit key by sending {ip.header}. List only your "
         "proxies' networks (e.g. ['10.0.0.0/8'])"
     ]
+
+
+def check_routes(rules: Iterable[Rule], app: Any) -> None:
+    """Warn once per rule that matches no route of ``app`` (a Starlette or FastAPI app, maybe
+    behind other middleware); say nothing for apps whose routes cannot be read."""
+    templates = _route_templates(app)
+    if templates is None:
+        return
+    samples = [_sample(template) for template in templates]
+    for rule in rules:
+        if rule.path in templates or any(
+            rule.matches(method, sample)
+            for sample in samples
+            for method in (sorted(rule.methods) if rule.methods else ["GET"])
+        ):
+            continue
+        close = difflib.get_close_matches(rule.path, templates, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else "check the path"
+        logger.warning(
+            f"rule {rule.path!r} matches no route of the app, so it never limits anything: "
+            f"{hint} (routes: {', '.join(templates[:8])}{', ...' if len(templates) > 8 else ''})"
+            + _SILENCE
+        )
+
+
+def _route_templates(app: Any) -> list[str] | None:
+    """The path templates of the first object with ``routes`` down the ``.app`` chain (what
+    Starlette's middleware and ours wrap), mounts joined with their children; None when a
+    route cannot be read (then nothing is said rather than something wrong)."""
+    for _ in range(32):  # a chain of middleware, never a cycle
+        routes = getattr(app, "routes", None)
+        if isinstance(routes, list):
+            templates: list[str] = []
+            if not _collect(routes, "", templates):
+                return None
+            return list(dict.fromkeys(templates))
+        app = getattr(app, "app", None)
+        if app is None:
+            return None
+    return None
+
+
+def _collect(routes: list[Any], prefix: str, into: list[str]) -> bool:
+    for route in routes:
+        path = getattr(route, "path", None)
+        children = getattr(route, "routes", None)
+        if isinstance(path, str) and isinstance(children, list) and children:
+            if not _collect(children, prefix + path, into):  # a Mount of routes
+                return False
+        elif isinstance(path, str) and children is not None:
+            into.append(prefix + path + "/{path:path}")  # a Mount of another app
+        elif isinstance(path, str):
+            into.append(prefix + path)
+        else:
+            # FastAPI >= 0.16x keeps an included router as one entry listing its routes.
+            candidates = getattr(route, "effective_candidates", None)
+            try:
+                found = candidates() if callable(candidates) else candidates
+                paths = [getattr(c, "path", None) for c in found or ()]
+            except Exception:  # another framework's object: say nothing rather than guess
+                return False
+            texts = [p for p in paths if isinstance(p, str)]
+            if not texts or len(texts) != len(paths):
+                return False
+            into.extend(prefix + p for p in texts)
+    return True
+
+
+def _sample(template: str) -> str:
+    """A concrete path a route template serves: each parameter becomes ``1``."""
+    return re.sub(r"\{[^}]*\}", "1", template) or "/"
