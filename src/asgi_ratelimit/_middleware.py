@@ -19,10 +19,11 @@ from ._errors import ConfigurationError
 from ._headers import RawHeader
 from ._limiter import RateLimiter
 from ._log_once import LogOnce
+from .backends._memory import MemoryBackend
 from .http._ledger import remember
 from .http._policy import Access
 from .http._responses import Responses, forbidden, send_response
-from .http._validation import check_routes
+from .http._validation import check_routes, check_workers
 
 __all__ = ["OnLimited", "RateLimitMiddleware"]
 
@@ -150,6 +151,8 @@ class RateLimitMiddleware:
         async def checking(message: Message) -> None:
             if message.get("type") == "lifespan.startup.complete":
                 check_routes(self.limiter.policy.validation.rules, self.app)
+                if isinstance(self.limiter.backend, MemoryBackend):
+                    check_workers()
             await send(message)
 
         return checking

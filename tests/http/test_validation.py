@@ -4,12 +4,19 @@ once, and ``validate=False`` silences them all."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
 from typing import Any
 
+import httpx
 import pytest
 
 from asgi_ratelimit import ClientIP, Decision, MemoryBackend, RateLimiter, RateLimitMiddleware, Rule
 from asgi_ratelimit.http._validation import INSPECTED_REQUESTS
+from tests.frameworks._servers import ROOT, _free_port
 
 SILENCE = " (RateLimiter(validate=False) turns these checks off)"
 
@@ -195,3 +202,38 @@ async def test_starlette_mounts_are_walked_and_plain_asgi_apps_say_nothing(
 
     await start_and_stop(RateLimitMiddleware(plain, limiter=limiter))
     assert warnings(caplog) == []  # no routes to read: nothing said rather than a guess
+
+
+WORKERS_WARNING = (
+    "the memory backend counts in each worker process, and this is one of 2 uvicorn workers: "
+    "every worker admits the whole limit, so a client gets up to 2 times it. Share the counts "
+    "with RedisBackend.from_url(...), or run one worker" + SILENCE
+)
+
+
+@pytest.mark.parametrize("workers", [2, 1])
+def test_the_memory_backend_in_several_uvicorn_workers_is_named(workers: int) -> None:
+    # A real `uvicorn --workers N` serving a Starlette app behind a memory-backed limiter:
+    # each of 2 workers says it once; one worker says nothing.
+    port = _free_port()
+    command = [sys.executable, "-m", "uvicorn", "tests.frameworks.app_starlette:app"]
+    command += ["--port", str(port), "--workers", str(workers), "--log-level", "warning"]
+    with tempfile.TemporaryFile() as log:
+        server = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "uvicorn did not answer in 20 s"
+                    time.sleep(0.05)
+            time.sleep(1)  # every worker has run its lifespan by now
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+        log.seek(0)
+        lines = log.read().decode(errors="replace").splitlines()
+    assert lines.count(WORKERS_WARNING) == (2 if workers == 2 else 0), lines

@@ -10,12 +10,14 @@ turns them off.
   request path pays nothing): ``X-Forwarded-For`` or ``Forwarded`` from a peer while
   ``ClientIP`` trusts no proxy (every client behind that proxy shares one budget);
 - at the app's lifespan start-up, when its routes are known: a rule that matches no route of
-  a Starlette or FastAPI app (``/auth/logn``).
+  a Starlette or FastAPI app (``/auth/logn``), and the memory backend in one of several
+  worker processes (each counts alone: clients get the limit once per worker).
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -171,3 +173,43 @@ def _collect(routes: list[Any], prefix: str, into: list[str]) -> bool:
 def _sample(template: str) -> str:
     """A concrete path a route template serves: each parameter becomes ``1``."""
     return re.sub(r"\{[^}]*\}", "1", template) or "/"
+
+
+_SERVERS = ("uvicorn", "gunicorn", "hypercorn", "granian")
+
+
+def check_workers() -> None:
+    """Warn when this process is one of several workers of a server (read from the parent's
+    command line on Linux: ``--workers N``, ``-w N``, uvicorn's ``WEB_CONCURRENCY``)."""
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as file:
+            args = [arg.decode(errors="replace") for arg in file.read().split(b"\0") if arg]
+    except OSError:
+        return  # not Linux, or no parent to read: say nothing rather than guess
+    program = " ".join(args[:3])
+    server = next((name for name in _SERVERS if name in program), None)
+    if server is None:
+        return  # the parent is not a server's supervisor: this process serves alone
+    workers = _option(args, "--workers", "-w")
+    if workers is None and server == "uvicorn":
+        workers = os.environ.get("WEB_CONCURRENCY")
+    if workers is None or not workers.isdigit() or int(workers) < 2:
+        return
+    logger.warning(
+        f"the memory backend counts in each worker process, and this is one of {workers} "
+        f"{server} workers: every worker admits the whole limit, so a client gets up to "
+        f"{workers} times it. Share the counts with RedisBackend.from_url(...), or run one "
+        "worker" + _SILENCE
+    )
+
+
+def _option(args: list[str], *names: str) -> str | None:
+    for index, arg in enumerate(args):
+        for name in names:
+            if arg == name and index + 1 < len(args):
+                return args[index + 1]
+            if arg.startswith(name + "="):
+                return arg[len(name) + 1 :]
+            if name == "-w" and arg.startswith("-w") and arg[2:].isdigit():
+                return arg[2:]
+    return None
