@@ -83,8 +83,50 @@ def test_only_the_first_requests_are_looked_at(caplog: pytest.LogCaptureFixture)
 
 def test_trusted_proxies_set_means_nothing_to_say(caplog: pytest.LogCaptureFixture) -> None:
     limiter = RateLimiter(identify=ClientIP(trusted_proxies=["10.0.0.0/8"]))
-    limiter.check(scope_of((b"forwarded", b"for=203.0.113.9")))
-    assert limiter.policy.validation.requests_to_inspect == 0
+    for _ in range(3):
+        limiter.check(scope_of((b"x-forwarded-for", b"203.0.113.9")))
+    assert warnings(caplog) == []
+
+
+DOUBLE_TRUST = (
+    "the server already replaced the client address with one from X-Forwarded-For (uvicorn's "
+    "--proxy-headers, on by default for 127.0.0.1), and ClientIP(trusted_proxies=...) reads "
+    "the header again: trust proxies in one place only: run uvicorn with --no-proxy-headers "
+    "and keep trusted_proxies, or drop trusted_proxies" + SILENCE
+)
+
+
+async def behind_uvicorn_proxy_headers(limiter: RateLimiter, peer: str) -> None:
+    # uvicorn's own ProxyHeadersMiddleware, as `uvicorn --proxy-headers` (the default) adds it.
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    app = Starlette(routes=[Route("/x", lambda request: PlainTextResponse("ok"))])
+    limited = RateLimitMiddleware(app, limiter=limiter)
+    served = ProxyHeadersMiddleware(limited, trusted_hosts="127.0.0.1")  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=served, client=(peer, 51000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        for _ in range(3):
+            response = await http.get("/x", headers={"X-Forwarded-For": "198.51.100.1"})
+            assert response.status_code == 200
+
+
+async def test_proxies_trusted_twice_are_named_once(caplog: pytest.LogCaptureFixture) -> None:
+    trusted = ClientIP(trusted_proxies=["127.0.0.1/32"])
+    await behind_uvicorn_proxy_headers(RateLimiter(identify=trusted), "127.0.0.1")
+    assert warnings(caplog) == [DOUBLE_TRUST]
+
+
+async def test_a_peer_the_server_left_alone_is_not_double_trust(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # uvicorn does not trust 10.1.2.3: the address is left as is, and ClientIP alone decides.
+    trusted = ClientIP(trusted_proxies=["10.0.0.0/8"])
+    await behind_uvicorn_proxy_headers(RateLimiter(identify=trusted), "10.1.2.3")
+    silenced = RateLimiter(identify=ClientIP(trusted_proxies=["127.0.0.1/32"]), validate=False)
+    await behind_uvicorn_proxy_headers(silenced, "127.0.0.1")
     assert warnings(caplog) == []
 
 

@@ -8,7 +8,9 @@ turns them off.
   ``trusted_proxies`` that trust every address (``0.0.0.0/0``, ``::/0``);
 - at the first request that shows it (the first requests are looked at, then none, so the
   request path pays nothing): ``X-Forwarded-For`` or ``Forwarded`` from a peer while
-  ``ClientIP`` trusts no proxy (every client behind that proxy shares one budget);
+  ``ClientIP`` trusts no proxy (every client behind that proxy shares one budget), or a
+  client address the server already took from ``X-Forwarded-For`` while ``ClientIP`` trusts
+  proxies too (uvicorn's ``--proxy-headers``: the header is read twice);
 - at the app's lifespan start-up, when its routes are known: a rule that matches no route of
   a Starlette or FastAPI app (``/auth/logn``), and the memory backend in one of several
   worker processes (each counts alone: clients get the limit once per worker).
@@ -56,12 +58,23 @@ class Validation:
             return
         for message in (*_unknown_methods(rules), *_trusting_everyone(ip)):
             logger.warning(message + _SILENCE)
-        if not ip.trusted_proxies:
-            self.requests_to_inspect = INSPECTED_REQUESTS
+        self._trusts_proxies = bool(ip.trusted_proxies)
+        self.requests_to_inspect = INSPECTED_REQUESTS
 
     def inspect(self, scope: Mapping[str, Any]) -> None:
         """Look at one more request; call only while ``requests_to_inspect``."""
         self.requests_to_inspect -= 1
+        if self._trusts_proxies:
+            if _rewritten_by_server(scope):
+                self.requests_to_inspect = 0  # once
+                logger.warning(
+                    "the server already replaced the client address with one from "
+                    "X-Forwarded-For (uvicorn's --proxy-headers, on by default for 127.0.0.1), "
+                    "and ClientIP(trusted_proxies=...) reads the header again: trust proxies "
+                    "in one place only: run uvicorn with --no-proxy-headers and keep "
+                    "trusted_proxies, or drop trusted_proxies" + _SILENCE
+                )
+            return
         for name, _ in scope.get("headers") or ():
             if bytes(name).lower() in _FORWARDING:
                 self.requests_to_inspect = 0  # once
@@ -76,6 +89,18 @@ class Validation:
                     bytes(name).decode("latin-1"),
                 )
                 return
+
+
+def _rewritten_by_server(scope: Mapping[str, Any]) -> bool:
+    """The server took ``scope["client"]`` from X-Forwarded-For: uvicorn's proxy headers put
+    the forwarded address there with port 0 (an entry carries no port; a TCP peer never has
+    port 0)."""
+    client = scope.get("client")
+    if not isinstance(client, (list, tuple)) or len(client) != 2 or client[1] != 0:
+        return False
+    values = [v for n, v in scope.get("headers") or () if bytes(n).lower() == b"x-forwarded-for"]
+    entries = b",".join(values).decode("latin-1").split(",")
+    return any(entry.strip() == client[0] for entry in entries)
 
 
 def _unknown_methods(rules: Iterable[Rule]) -> list[str]:
