@@ -52,11 +52,11 @@ class Validation:
     def __init__(self, rules: Iterable[Rule], ip: ClientIP, enabled: bool) -> None:
         self.enabled = enabled
         self.rules = tuple(rules)
-        #: requests still to look at for forwarding headers (0: none, the usual state)
+        #: requests still to look at for forwarding headers (0: none, the steady state)
         self.requests_to_inspect = 0
         if not enabled:
             return
-        for message in (*_unknown_methods(rules), *_trusting_everyone(ip)):
+        for message in (*_unknown_methods(self.rules), *_trusting_everyone(ip)):
             logger.warning(message + _SILENCE)
         self._trusts_proxies = bool(ip.trusted_proxies)
         self.requests_to_inspect = INSPECTED_REQUESTS
