@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -49,18 +49,24 @@ def command(server: str, target: str, port: int, root_path: str | None) -> list[
 
 @contextmanager
 def serve(
-    server: str, target: str, root_path: str | None = None, path: Path | None = None
+    server: str,
+    target: str,
+    root_path: str | None = None,
+    path: Path | None = None,
+    args: Sequence[str] = (),
+    log_file: Path | None = None,
 ) -> Iterator[str]:
     """Run ``server`` on ``target`` until the block ends; yield its base URL.
 
-    ``target`` is imported from the repository root, or from ``path`` when given.
+    ``target`` is imported from the repository root, or from ``path`` when given; ``args``
+    go to the server's command line; its output goes to ``log_file`` when given.
     """
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, filter(None, [path, ROOT])))}
     # A file, not a pipe: a server that logs a lot never blocks on a pipe nobody reads.
-    with tempfile.TemporaryFile() as log:
+    with log_file.open("w+b") if log_file else tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
-            command(server, target, port, root_path),
+            [*command(server, target, port, root_path), *args],
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -4,11 +4,8 @@ once, and ``validate=False`` silences them all."""
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
-import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +13,7 @@ import pytest
 
 from asgi_ratelimit import ClientIP, Decision, MemoryBackend, RateLimiter, RateLimitMiddleware, Rule
 from asgi_ratelimit.http._validation import INSPECTED_REQUESTS
-from tests.frameworks._servers import ROOT, _free_port
+from tests.frameworks._servers import serve
 
 SILENCE = " (RateLimiter(validate=False) turns these checks off)"
 
@@ -254,28 +251,14 @@ WORKERS_WARNING = (
 
 
 @pytest.mark.parametrize("workers", [2, 1])
-def test_the_memory_backend_in_several_uvicorn_workers_is_named(workers: int) -> None:
+def test_the_memory_backend_in_several_uvicorn_workers_is_named(
+    workers: int, tmp_path: Path
+) -> None:
     # A real `uvicorn --workers N` serving a Starlette app behind a memory-backed limiter:
     # each of 2 workers says it once; one worker says nothing.
-    port = _free_port()
-    command = [sys.executable, "-m", "uvicorn", "tests.frameworks.app_starlette:app"]
-    command += ["--port", str(port), "--workers", str(workers), "--log-level", "warning"]
-    with tempfile.TemporaryFile() as log:
-        server = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                  env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
-        try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1)
-                    break
-                except httpx.TransportError:
-                    assert time.monotonic() < deadline, "uvicorn did not answer in 20 s"
-                    time.sleep(0.05)
-            time.sleep(1)  # every worker has run its lifespan by now
-        finally:
-            server.terminate()
-            server.wait(timeout=20)
-        log.seek(0)
-        lines = log.read().decode(errors="replace").splitlines()
+    log = tmp_path / "uvicorn.log"
+    target = "tests.frameworks.app_starlette:app"
+    with serve("uvicorn-asyncio", target, args=["--workers", str(workers)], log_file=log):
+        time.sleep(1)  # every worker has run its lifespan by now
+    lines = log.read_text(errors="replace").splitlines()
     assert lines.count(WORKERS_WARNING) == (2 if workers == 2 else 0), lines
