@@ -22,7 +22,7 @@ PUBLIC = {
         # who is asking
         "APIKey", "ClientIP", "Identity", "JWTSubject",
         # what it answers
-        "Decision", "PolicyStatus",
+        "Decision", "DecisionEvent", "PolicyStatus",
         # where state lives
         "MemoryBackend",
         # errors
@@ -30,6 +30,9 @@ PUBLIC = {
     ],
     "asgi_ratelimit.backends": ["Backend", "Check", "MemoryBackend", "Outcome", "Result"],
     "asgi_ratelimit.backends.redis": ["RedisBackend"],
+    "asgi_ratelimit.observers": ["LogDecisions", "OpenTelemetryMetrics", "PrometheusMetrics"],
+    "asgi_ratelimit.settings": ["RateLimitSettings"],
+    "asgi_ratelimit.client": ["AsyncRateLimitTransport", "RateLimitTransport", "Wait"],
 }  # fmt: skip
 
 # Layers, lowest first: a module may import its own layer's modules and lower ones only.
@@ -44,10 +47,16 @@ LAYERS = [
     ("asgi_ratelimit.algorithms",),
     ("asgi_ratelimit._identity", "asgi_ratelimit._headers", "asgi_ratelimit.backends"),
     ("asgi_ratelimit._decision",),
-    ("asgi_ratelimit._engine",),
-    ("asgi_ratelimit.http",),
-    ("asgi_ratelimit._limiter", "asgi_ratelimit._middleware", "asgi_ratelimit.integrations"),
+    ("asgi_ratelimit._engine", "asgi_ratelimit._events", "asgi_ratelimit._overrides"),
+    ("asgi_ratelimit.http", "asgi_ratelimit._rules_source"),
+    (
+        "asgi_ratelimit._limiter",
+        "asgi_ratelimit._middleware",
+        "asgi_ratelimit.integrations",
+        "asgi_ratelimit.settings",
+    ),
     ("asgi_ratelimit",),
+    ("asgi_ratelimit.observers", "asgi_ratelimit.cli", "asgi_ratelimit.client"),
 ]
 
 

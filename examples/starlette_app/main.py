@@ -11,7 +11,8 @@ Endpoints and their limits:
 - ``GET /search``: 10/minute per caller, with the ``@limiter.limit_endpoint(...)`` decorator.
 - ``GET /api/items``: 60/minute for the free tier, 600/minute for premium; the tier comes from
   the JWT (``Authorization: Bearer ...``) or a demo API key (``X-API-Key``).
-- ``GET /rate_limit``: the caller's quotas for every rule, consuming nothing.
+- ``GET /rate_limit``: the caller's quotas for every rule, consuming nothing
+  (``limiter.usage_endpoint()``).
 
 Demo credentials: users ``alice`` / ``wonderland`` (free) and ``bob`` / ``builder`` (premium);
 API keys ``demo-free-key`` and ``demo-premium-key``. Tokens are HS256, signed with the env var
@@ -44,7 +45,6 @@ from examples.demo import (
     issue_token,
     jwt_secret,
 )
-from examples.quotas import current_quotas
 
 __all__ = ["API_KEYS", "DEFAULT_JWT_SECRET", "USERS", "app", "create_app", "issue_token"]
 
@@ -80,9 +80,6 @@ def create_app(*, backend: Backend | None = None, clock: Clock | None = None) ->
         items = [{"id": 1}, {"id": 2}, {"id": 3}]
         return JSONResponse({"tier": identity.tier or "free", "items": items})
 
-    async def rate_limit(request: Request) -> JSONResponse:
-        return JSONResponse(await current_quotas(limiter, request.scope, [search.__rate_limit__]))
-
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # The app owns the backend: connections open at startup and close at shutdown.
@@ -94,7 +91,7 @@ def create_app(*, backend: Backend | None = None, clock: Clock | None = None) ->
             Route("/auth/login", login, methods=["POST"]),
             Route("/search", search, methods=["GET"]),
             Route("/api/items", items, methods=["GET"]),
-            Route("/rate_limit", rate_limit, methods=["GET"]),
+            Route("/rate_limit", limiter.usage_endpoint("/rate_limit"), methods=["GET"]),
         ],
         middleware=[Middleware(RateLimitMiddleware, limiter=limiter)],
         lifespan=lifespan,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ._decision import Decision, PolicyStatus
 from ._errors import BackendError, ConfigurationError, RateLimitExceeded
+from ._events import DecisionEvent
 from ._identity import Identity
 from ._limiter import RateLimiter
 from ._middleware import RateLimitMiddleware
@@ -35,6 +36,7 @@ __all__ = [
     "JWTSubject",
     # what it answers
     "Decision",
+    "DecisionEvent",
     "PolicyStatus",
     # where state lives
     "MemoryBackend",

@@ -24,12 +24,16 @@ __all__ = [
     "Decision",
     "FailurePolicy",
     "HeaderStyle",
+    "Mode",
     "Policy",
     "PolicyStatus",
     "decide_from",
 ]
 
 FailurePolicy = Literal["allow", "deny", "fallback"]
+#: ``enforce`` refuses; ``shadow`` decides and counts but refuses and delays nothing;
+#: ``off`` decides nothing (no backend call, no headers).
+Mode = Literal["enforce", "shadow", "off"]
 
 
 class Charge(NamedTuple):
@@ -49,11 +53,14 @@ class Charge(NamedTuple):
 
 
 class Policy(NamedTuple):
-    """What a limit is called in the headers, and what it gets while the backend fails (None:
-    the limiter's own policy). Built once per rule, route or direct call."""
+    """What a limit is called in the headers, what it gets while the backend fails and its
+    mode (None: the limiter's own), and the route template it limits (None for direct use).
+    Built once per rule, route or direct call."""
 
     name: str
     on_backend_error: FailurePolicy | None = None
+    mode: Mode | None = None
+    route: str | None = None
 
 
 # Not frozen: a frozen dataclass costs ~1 us more to build, and one of these is built per
@@ -81,6 +88,8 @@ class PolicyStatus:
     next_after: float
     #: seconds the request must wait before proceeding (leaky bucket shaping)
     delay: float = 0.0
+    #: the policy is in shadow mode: when it refused (``allowed`` False), it refused nothing
+    shadow: bool = False
 
     @property
     def quota(self) -> int:
@@ -123,6 +132,9 @@ class Decision:
     policies: tuple[PolicyStatus, ...] = field(default=())
     #: what this decision consumed, for a refund if a later door refuses the request
     charge: Charge | None = field(default=None, repr=False, compare=False)
+    #: the failure policy that decided because the backend failed (``"allow"``, ``"deny"``
+    #: or ``"fallback"``); None when the backend answered
+    outage: FailurePolicy | None = None
 
     @classmethod
     def unlimited(cls, identity: Identity | None = None) -> Decision:
@@ -131,14 +143,15 @@ class Decision:
 
     @classmethod
     def of(cls, policies: tuple[PolicyStatus, ...], identity: Identity | None = None) -> Decision:
-        """The decision of these policies: allowed when every one allowed."""
+        """The decision of these policies: allowed unless one refused (a policy in shadow mode
+        refuses nothing)."""
         if not policies:
             return cls.unlimited(identity)
         binding = policies[0]
         allowed = True
         delay = 0.0
         for p in policies:
-            if not p.allowed:
+            if not p.allowed and not p.shadow:
                 if allowed or p.retry_after > binding.retry_after:
                     binding = p
                 allowed = False
@@ -160,6 +173,11 @@ class Decision:
             identity,
             policies,
         )
+
+    @property
+    def shadow_denied(self) -> bool:
+        """True when a policy in shadow mode would have refused this admitted request."""
+        return self.allowed and any(not p.allowed for p in self.policies)
 
     @property
     def limited(self) -> bool:

@@ -11,6 +11,10 @@ direct calls. It knows nothing of HTTP.
 cannot (Redis): one path, which costs no coroutine when none is needed. When the backend
 fails, each policy gets its failure policy: ``allow`` (it does not apply), ``deny`` (refused,
 retry in a second) or ``fallback`` (a local `MemoryBackend` decides it).
+
+Each policy has a mode, its own or the engine's (`Engine.mode`, changeable at run time):
+``enforce``, ``shadow`` (decided and counted as if enforced, refusing and delaying nothing)
+or ``off`` (not decided at all).
 """
 
 from __future__ import annotations
@@ -19,18 +23,26 @@ import logging
 from collections.abc import Awaitable, Sequence
 from typing import get_args
 
-from ._decision import Charge, Decision, FailurePolicy, Policy, PolicyStatus, decide_from
+from ._decision import Charge, Decision, FailurePolicy, Mode, Policy, PolicyStatus, decide_from
 from ._errors import BackendError, ConfigurationError
 from ._identity import Identity
 from ._named import new_named
 from .backends._memory import MemoryBackend
 from .backends._protocol import Backend, Check, Result
 
-__all__ = ["FAILURE_POLICIES", "OUTAGE_RETRY_AFTER", "Engine", "validate_failure_policy"]
+__all__ = [
+    "FAILURE_POLICIES",
+    "MODES",
+    "OUTAGE_RETRY_AFTER",
+    "Engine",
+    "validate_failure_policy",
+    "validate_mode",
+]
 
 logger = logging.getLogger("asgi_ratelimit")
 
 FAILURE_POLICIES: tuple[str, ...] = get_args(FailurePolicy)
+MODES: tuple[str, ...] = get_args(Mode)
 #: How long a client is told to wait when a fail-closed policy refuses during an outage.
 OUTAGE_RETRY_AFTER = 1.0
 #: Distinct failures the engine logs (each once).
@@ -40,7 +52,13 @@ _LOGGED_FAILURES = 64
 class Engine:
     """Decides checks on one backend, with one failure policy (each check may have its own)."""
 
-    def __init__(self, backend: Backend, on_backend_error: FailurePolicy = "allow") -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        on_backend_error: FailurePolicy = "allow",
+        mode: Mode = "enforce",
+        policy_modes: bool = False,
+    ) -> None:
         if not isinstance(backend, Backend):
             raise ConfigurationError(
                 f"backend={backend!r} is not a backend (use MemoryBackend(), "
@@ -51,6 +69,24 @@ class Engine:
         #: the local backend of the "fallback" policy, made at its first use
         self.fallback: MemoryBackend | None = None
         self._failures_logged: set[str] = set()
+        #: whether some policy has a mode of its own (a rule's ``mode=``)
+        self.policy_modes = policy_modes
+        self.mode = mode
+
+    @property
+    def mode(self) -> Mode:
+        """The mode of every policy without one of its own; set it at run time to switch."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: Mode) -> None:
+        self._mode = validate_mode(mode, "mode")
+        # Bound here, not tested per request: when every policy enforces (most apps), the
+        # doors call the plain `decide` and modes cost nothing.
+        if self._mode == "enforce" and not self.policy_modes:
+            vars(self).pop("decide", None)
+        else:
+            self.decide = self._decide_in_modes  # type: ignore[method-assign]
 
     def decide(
         self,
@@ -115,14 +151,90 @@ class Engine:
             elif failure == "fallback":
                 fallback.append((check, policy))
         if statuses or not fallback:
-            return Decision.of(tuple(statuses), identity)
+            decision = Decision.of(tuple(statuses), identity)
+            decision.outage = "deny" if statuses else "allow"
+            return decision
         if self.fallback is None:
             self.fallback = MemoryBackend()
         local = tuple([check for check, _ in fallback])
         result = self.fallback.decide(local, consume)
         charge = _charge(self.fallback, local, result.at) if consume else None
         named = [policy for _, policy in fallback]
-        return decide_from(named, local, result.outcomes, identity, charge)
+        decision = decide_from(named, local, result.outcomes, identity, charge)
+        decision.outage = "fallback"
+        return decision
+
+    def _decide_in_modes(
+        self,
+        checks: Sequence[Check],
+        policies: Sequence[Policy],
+        identity: Identity | None,
+        consume: bool = True,
+    ) -> Decision | Awaitable[Decision]:
+        """`decide` with each policy in its mode: ``off`` ones left out, ``shadow`` ones
+        refusing and delaying nothing."""
+        mode = self._mode
+        if mode == "off" or self.policy_modes:
+            kept = [(p.mode or mode) != "off" for p in policies]
+            if not all(kept):
+                checks = [check for check, keep in zip(checks, kept, strict=True) if keep]
+                policies = [policy for policy, keep in zip(policies, kept, strict=True) if keep]
+        decision = Engine.decide(self, checks, policies, identity, consume)
+        if mode == "enforce" and not any(p.mode == "shadow" for p in policies):
+            return decision
+        if isinstance(decision, Decision):
+            return self._shadowed(decision, checks, policies, identity, consume)
+        return self._shadowed_later(decision, checks, policies, identity, consume)
+
+    async def _shadowed_later(
+        self,
+        pending: Awaitable[Decision],
+        checks: Sequence[Check],
+        policies: Sequence[Policy],
+        identity: Identity | None,
+        consume: bool,
+    ) -> Decision:
+        decision = self._shadowed(await pending, checks, policies, identity, consume)
+        return await decision if not isinstance(decision, Decision) else decision
+
+    def _shadowed(
+        self,
+        decision: Decision,
+        checks: Sequence[Check],
+        policies: Sequence[Policy],
+        identity: Identity | None,
+        consume: bool,
+    ) -> Decision | Awaitable[Decision]:
+        """``decision`` with its shadow policies' refusals and delays taken back."""
+        mode = self._mode
+        shadows = {p.name for p in policies if (p.mode or mode) == "shadow"}
+        statuses = decision.policies
+        if not any(status.name in shadows for status in statuses):
+            return decision
+        if decision.allowed and not decision.delay:
+            for status in statuses:
+                status.shadow = status.name in shadows
+            return decision
+        enforced = [i for i, p in enumerate(policies) if p.name not in shadows]
+        if (
+            decision.allowed
+            or not enforced
+            # an enforced policy refused: the request is refused, whatever the shadows say
+            or any(not status.allowed and status.name not in shadows for status in statuses)
+        ):
+            return _with_shadows(decision, shadows, decision.charge)
+        # Shadow policies refused while the enforced ones would have admitted: refused, the
+        # call consumed nothing (all or nothing), so the enforced ones decide again, alone.
+        again = Engine.decide(
+            self,
+            [checks[i] for i in enforced],
+            [policies[i] for i in enforced],
+            identity,
+            consume,
+        )
+        if isinstance(again, Decision):
+            return _merged_shadows(decision, again, shadows)
+        return _merged_later(decision, again, shadows)
 
     def _log_once(self, exc: Exception) -> None:
         failure = f"{type(exc).__name__}: {exc}"
@@ -142,6 +254,41 @@ class Engine:
 def _charge(backend: Backend, checks: Sequence[Check], at: object) -> Charge:
     # Charge(backend, checks, at) without NamedTuple's keyword handling: once per request.
     return new_named(Charge, (backend, checks, at, None))
+
+
+def _with_shadows(decision: Decision, shadows: set[str], charge: Charge | None) -> Decision:
+    """``decision`` again, its policies named in ``shadows`` refusing and delaying nothing."""
+    for status in decision.policies:
+        if status.name in shadows:
+            status.shadow = True
+            status.delay = 0.0
+    shadowed = Decision.of(decision.policies, decision.identity)
+    shadowed.outage = decision.outage
+    if shadowed.allowed:
+        shadowed.charge = charge
+    return shadowed
+
+
+def _merged_shadows(first: Decision, again: Decision, shadows: set[str]) -> Decision:
+    """The shadow policies' statuses of ``first`` and the enforced ones' of ``again``."""
+    if not again.allowed:
+        return again
+    shadowed = tuple([status for status in first.policies if status.name in shadows])
+    merged = Decision.of(shadowed + again.policies, first.identity)
+    merged.outage = again.outage or first.outage
+    return _with_shadows(merged, shadows, again.charge)
+
+
+async def _merged_later(first: Decision, again: Awaitable[Decision], shadows: set[str]) -> Decision:
+    return _merged_shadows(first, await again, shadows)
+
+
+def validate_mode(value: object, what: str) -> Mode:
+    if value not in MODES:
+        raise ConfigurationError(
+            f"{what}={value!r}: unknown mode (use 'enforce', 'shadow' or 'off')"
+        )
+    return value  # type: ignore[return-value]
 
 
 def validate_failure_policy(value: object, what: str) -> FailurePolicy:

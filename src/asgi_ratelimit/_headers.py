@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEADER_STYLES",
+    "SF_INTEGER_MAX",
     "HeaderRenderer",
     "RawHeader",
     "RawHeaders",
@@ -60,8 +61,8 @@ _TEXT_NAMES = {
     POLICY: "RateLimit-Policy",
     STATE: "RateLimit",
 }
-# sf-integers have at most 15 digits.
-_SF_INTEGER_MAX = 999_999_999_999_999
+#: The largest sf-integer (RFC 9651: at most 15 digits).
+SF_INTEGER_MAX = 999_999_999_999_999
 #: Policies whose encoded parts a renderer keeps.
 _CACHE_SIZE = 1024
 
@@ -101,10 +102,10 @@ class HeaderRenderer:
                 upcoming = policy.next_after
                 numbers = (
                     policy.remaining,
-                    math.ceil(reset) if 0 < reset < _SF_INTEGER_MAX else whole_seconds(reset),
+                    math.ceil(reset) if 0 < reset < SF_INTEGER_MAX else whole_seconds(reset),
                     (
                         math.ceil(upcoming)
-                        if 0 < upcoming < _SF_INTEGER_MAX
+                        if 0 < upcoming < SF_INTEGER_MAX
                         else whole_seconds(upcoming)
                     ),
                 )
@@ -136,12 +137,13 @@ class HeaderRenderer:
     def _one(self, parts: _Parts, numbers: tuple[int, int, int]) -> tuple[RawHeader, ...]:
         """The headers of one admitted policy, remembered as its last."""
         remaining, reset, upcoming = numbers
+        # `_sf_int`, inlined (every new count): a status's remaining is never negative.
+        left = remaining if remaining <= SF_INTEGER_MAX else SF_INTEGER_MAX
         headers: tuple[RawHeader, ...] = ()
         if self._legacy:
-            left = b"%d" % _sf_int(remaining)
-            headers = (parts.limit, (REMAINING, left), (RESET, b"%d" % reset))
+            headers = (parts.limit, (REMAINING, b"%d" % left), (RESET, b"%d" % reset))
         if self._ietf:
-            state = b"%s;r=%d;t=%d" % (parts.name, _sf_int(remaining), upcoming)
+            state = b"%s;r=%d;t=%d" % (parts.name, left, upcoming)
             headers += ((POLICY, parts.item), (STATE, state))
         # One attribute replaced whole: a reader in another thread never pairs one answer's
         # numbers with another's headers.
@@ -185,15 +187,15 @@ def text_headers(decision: Decision, style: HeaderStyle = "both") -> dict[str, s
 def whole_seconds(seconds: float) -> int:
     """Seconds as the headers write them: rounded up (a client that waits this long never
     arrives early), 0 for none, negative, NaN or infinite, at most the sf-integer maximum."""
-    if 0 < seconds < _SF_INTEGER_MAX:  # the usual case; NaN and infinity fail the test
+    if 0 < seconds < SF_INTEGER_MAX:  # the usual case; NaN and infinity fail the test
         return math.ceil(seconds)
     if seconds <= 0 or math.isnan(seconds) or math.isinf(seconds):
         return 0
-    return _SF_INTEGER_MAX
+    return SF_INTEGER_MAX
 
 
 def _sf_int(value: int) -> int:
-    return max(0, min(_SF_INTEGER_MAX, value))
+    return max(0, min(SF_INTEGER_MAX, value))
 
 
 def _sf_string(value: str) -> bytes:

@@ -9,20 +9,29 @@ decorators) call `RateLimiter.check` for a request scope: the one request path.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
+import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, TypeVar
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._decision import Decision, FailurePolicy, Policy, PolicyStatus
+from ._decision import Decision, FailurePolicy, Mode, Policy, PolicyStatus
 from ._engine import Engine
 from ._errors import ConfigurationError
+from ._events import DecisionEvent, Observer, Observers, outcome_of
 from ._headers import HEADER_STYLES, HeaderRenderer
 from ._identity import Identity
 from ._named import new_named
+from ._overrides import Overrides
 from ._rates import Limit, LimitsLike, parse_limits
+from ._rules_source import RulesSource
 from .backends._memory import MemoryBackend
 from .backends._protocol import Backend, Check
-from .http._policy import Checked, RequestPolicy
+from .http._on_limited import OnLimited, validate_on_limited
+from .http._policy import Access, Checked, RequestPolicy
 from .http._rules import Rule, TieredLimits, validate_cost
 from .http.identity._base import IdentitySource, Scope
 
@@ -30,11 +39,15 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from ._decision import HeaderStyle
-    from .integrations._endpoint import CostLike, EndpointKey
+    from .integrations._endpoint import CostLike, EndpointKey, EndpointLimit
     from .integrations._fastapi import RateLimitDependency
     from .integrations._starlette import Endpoint
+    from .integrations._usage import UsageEndpoint
+    from .settings import RateLimitSettings
 
 __all__ = ["RateLimiter"]
+
+logger = logging.getLogger("asgi_ratelimit")
 
 _T = TypeVar("_T")
 
@@ -60,6 +73,12 @@ class RateLimiter:
         )
         app.add_middleware(RateLimitMiddleware, limiter=limiter)
 
+    ``mode="shadow"`` decides and counts every request but refuses none (watch what it would
+    refuse first); ``mode="off"`` decides nothing. ``limiter.mode`` switches at run time; a
+    rule's own ``mode`` wins. ``observers`` hear a `DecisionEvent` for every decision (see
+    ``asgi_ratelimit.observers``); ``on_limited(scope, decision)`` answers refusals with a
+    response of your own, in every door.
+
     Set-ups that run but do not limit what was meant (a rule's method no client sends,
     ``trusted_proxies`` that trust everyone, a proxy's ``X-Forwarded-For`` while no proxy is
     trusted) are logged once as warnings; ``validate=False`` turns these checks off.
@@ -77,6 +96,11 @@ class RateLimiter:
         deny: Iterable[str] = (),
         on_backend_error: FailurePolicy = "allow",
         headers: HeaderStyle = "both",
+        mode: Mode = "enforce",
+        observers: Iterable[Observer] = (),
+        on_limited: OnLimited | None = None,
+        rules_file: str | os.PathLike[str] | None = None,
+        reload_rules_every: float | None = None,
         validate: bool = True,
     ) -> None:
         if not isinstance(validate, bool):
@@ -86,36 +110,183 @@ class RateLimiter:
                 f"headers={headers!r}: unknown style (use 'both', 'legacy', 'ietf' or 'none')"
             )
         self.backend: Backend = backend if backend is not None else MemoryBackend()
-        self.engine = Engine(self.backend, on_backend_error)
+        #: the rules from code, and from ``rules_file`` (read again by `reload_rules`)
+        self.rules_source = RulesSource(
+            rules, default_limits, default_tier, allow, deny, rules_file, reload_rules_every
+        )
+        config = self.rules_source.read()
+        self.engine = Engine(self.backend, on_backend_error, mode, config.has_modes)
+        #: live limits per identity, in every worker: ``await limiter.overrides.set(...)``
+        self.overrides = Overrides(self.backend)
         self.policy = RequestPolicy(
             self.engine,
             identify=identify,
-            rules=rules,
-            default_limits=default_limits,
-            default_tier=default_tier,
-            allow=allow,
-            deny=deny,
+            rules=config.rules,
+            default_limits=config.default_limits,
+            default_tier=config.default_tier,
+            allow=config.allow,
+            deny=config.deny,
             validate=validate,
+            overrides=self.overrides,
         )
+        self._poller: asyncio.Task[None] | None = None
         self.header_style: HeaderStyle = headers
-        self.check: Callable[..., Checked | Awaitable[Checked]] = self.policy.check
+        #: what the doors answer a refusal with (None: the limiter's 429); see `OnLimited`
+        self.on_limited: OnLimited | None = validate_on_limited(on_limited)
+        #: who hears of every decision
+        self.observers = Observers(observers)
+        self._backend_name = type(self.backend).__name__
+        # The request path, observed or not: chosen once, since it runs per request.
+        self._checking: Callable[..., Checked | Awaitable[Checked]] = (
+            self._observed_check if self.observers else self.policy.check
+        )
+        self.check: Callable[..., Checked | Awaitable[Checked]] = self._checking
         """The one request path: ``limiter.check(scope, consume=True)`` answers a `Decision`,
         an ``Access`` (the allow or deny list decided), or an awaitable of one. What the
         middleware and the route-level doors call; bound once, since it runs per request."""
-        if self.policy.validation.requests_to_inspect:
-            self.check = self._inspecting_check  # the first requests only (start-up checks)
+        if (
+            self.policy.validation.requests_to_inspect
+            or self.rules_source.every
+            or self.overrides.shared
+        ):
+            self.check = self._starting_check  # the first requests only
         #: the limiter's one header renderer (its caches are its own, and bounded)
         self.renderer = HeaderRenderer(headers)
         self._direct_limits: dict[str | Limit, tuple[tuple[Limit, ...], tuple[Policy, ...]]] = {}
+        #: the named route limits (``limit(..., name=...)``), which the usage endpoint reports
+        self.named_limits: dict[str, EndpointLimit] = {}
 
-    def _inspecting_check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
-        """`check`, after a look at the request for the start-up checks; once those have seen
-        enough, `check` is the policy's own again, so later requests pay nothing."""
+    @classmethod
+    def from_settings(
+        cls, settings: RateLimitSettings | None = None, **overrides: Any
+    ) -> RateLimiter:
+        """A limiter from `RateLimitSettings` (``RATELIMIT_*`` variables and ``.env`` when
+        ``settings`` is None); ``overrides`` are `RateLimiter` options that win:
+        ``RateLimiter.from_settings(observers=[PrometheusMetrics()])``."""
+        from .settings import RateLimitSettings
+
+        if settings is None:
+            settings = RateLimitSettings.load()
+        return cls(**{**settings.limiter_options(), **overrides})
+
+    def _starting_check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
+        """`check` for the first requests: the start-up checks look at them, and the rules
+        file's poll starts; then `check` is the request path alone, so later requests pay
+        nothing."""
+        self.start()
         validation = self.policy.validation
-        validation.inspect(scope)
+        if validation.requests_to_inspect:
+            validation.inspect(scope)
         if not validation.requests_to_inspect:
-            self.check = self.policy.check
-        return self.policy.check(scope, consume)
+            self.check = self._checking
+        return self._checking(scope, consume)
+
+    # -- rules from a file -------------------------------------------------------------------
+
+    def reload_rules(self) -> None:
+        """Read the rules file again and swap the rule set in whole: requests in flight
+        finish on the old rules, budgets of unchanged rules keep counting. A broken file
+        keeps the old rules, logs one ERROR and raises `ConfigurationError`."""
+        try:
+            config = self.rules_source.read()
+            self.policy.replace_rules(*config)
+        except ConfigurationError as exc:
+            logger.error("rules not reloaded, the old rules stay in force: %s", exc)
+            raise
+        self.engine.policy_modes = config.has_modes
+        self.engine.mode = self.engine.mode  # bind the path the new rules' modes need
+        logger.info("rules reloaded from %s: %d rules", self.rules_source.path, len(self.rules))
+
+    def start(self) -> None:
+        """Start the background work on the running event loop: polling the rules file
+        (``reload_rules_every``) and keeping the live overrides current (a shared backend).
+        The middleware calls it at start-up, and the first request does when there is none."""
+        self.overrides.start()
+        if self._poller is not None or not self.rules_source.every:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not on asyncio (trio): no poll; reload_rules() still works
+        self._poller = loop.create_task(self._poll(self.rules_source.every))
+
+    async def stop(self) -> None:
+        """Stop the background work (the middleware calls it at shutdown)."""
+        await self.overrides.stop()
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+
+    async def _poll(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            if self.rules_source.changed():
+                with contextlib.suppress(ConfigurationError):  # logged; the old rules stay
+                    self.reload_rules()
+
+    def _observed_check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
+        """`check`, telling the observers what it decided (only when there are observers)."""
+        start = perf_counter()
+        checked = self.policy.check(scope, consume)
+        if not consume:
+            return checked
+        if isinstance(checked, (Decision, Access)):
+            self._report(scope, checked, perf_counter() - start)
+            return checked
+        return self._observed_later(scope, checked, start)
+
+    async def _observed_later(
+        self, scope: Scope, pending: Awaitable[Checked], start: float
+    ) -> Checked:
+        checked = await pending
+        self._report(scope, checked, perf_counter() - start)
+        return checked
+
+    def _report(self, scope: Scope, checked: Checked, latency: float) -> None:
+        method = scope.get("method") or "GET"  # a websocket handshake is a GET
+        if isinstance(checked, Access):
+            if checked.verdict == "blocked":
+                self.report(checked, method, None, latency)
+            return
+        route = self.policy.rules.route_of_policy(checked.policy)
+        if route is None and checked.policy is None:  # nothing bound: the first rule's
+            rules = self.policy.rules.route(scope).rules
+            route = rules[0].path if rules else None
+        self.report(checked, method, route, latency)
+
+    def report(
+        self, checked: Decision | Access, method: str | None, route: str | None, latency: float
+    ) -> None:
+        """Tell the observers of a decision a door made (``Access``: the deny list's)."""
+        if isinstance(checked, Access):
+            event = DecisionEvent(
+                "blocked", None, checked.identity, method, None, None, latency, self._backend_name
+            )
+        else:
+            event = DecisionEvent(
+                outcome_of(checked),
+                checked.policy,
+                checked.identity,
+                method,
+                route,
+                checked,
+                latency,
+                self._backend_name,
+            )
+        self.observers.emit(event)
+
+    @property
+    def mode(self) -> Mode:
+        """``"enforce"``, ``"shadow"`` or ``"off"``: set it at run time (a kill switch), e.g.
+        from an admin endpoint; it applies to this process's limiter at once. A rule's own
+        ``mode`` wins."""
+        return self.engine.mode
+
+    @mode.setter
+    def mode(self, mode: Mode) -> None:
+        self.engine.mode = mode
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -139,7 +310,12 @@ class RateLimiter:
     async def hit(self, key: str, limits: LimitsLike, cost: float = 1) -> Decision:
         """Count one request of ``cost`` against every limit, all or nothing."""
         checks, policies = self._direct_checks(key, limits, cost)
-        return await _settled(self.engine.decide(checks, policies, None))
+        if not self.observers:
+            return await _settled(self.engine.decide(checks, policies, None))
+        start = perf_counter()
+        decision = await _settled(self.engine.decide(checks, policies, None))
+        self.report(decision, None, None, perf_counter() - start)
+        return decision
 
     async def peek(self, key: str, limits: LimitsLike, cost: float = 1) -> Decision:
         """What ``hit`` would answer now, consuming nothing; ``remaining`` is what is left now."""
@@ -206,12 +382,19 @@ class RateLimiter:
         key: EndpointKey = "identity",
         name: str | None = None,
         on_backend_error: FailurePolicy | None = None,
+        on_limited: OnLimited | None = None,
     ) -> RateLimitDependency:
         """A FastAPI dependency: ``Depends(limiter.limit("2/minute", cost=1, key="ip"))``."""
         from .integrations._fastapi import RateLimitDependency
 
         return RateLimitDependency(
-            self, limits, cost=cost, key=key, name=name, on_backend_error=on_backend_error
+            self,
+            limits,
+            cost=cost,
+            key=key,
+            name=name,
+            on_backend_error=on_backend_error,
+            on_limited=on_limited,
         )
 
     def limit_endpoint(
@@ -222,13 +405,28 @@ class RateLimiter:
         key: EndpointKey = "identity",
         name: str | None = None,
         on_backend_error: FailurePolicy | None = None,
+        on_limited: OnLimited | None = None,
     ) -> Callable[[Endpoint], Endpoint]:
         """A decorator for Starlette and FastAPI endpoints: ``@limiter.limit_endpoint("1/s")``."""
         from .integrations._starlette import limit_endpoint
 
         return limit_endpoint(
-            self, limits, cost=cost, key=key, name=name, on_backend_error=on_backend_error
+            self,
+            limits,
+            cost=cost,
+            key=key,
+            name=name,
+            on_backend_error=on_backend_error,
+            on_limited=on_limited,
         )
+
+    def usage_endpoint(self, path: str = "/rate_limit") -> UsageEndpoint:
+        """An ASGI endpoint answering the caller's quotas, GitHub's ``/rate_limit`` style:
+        ``app.add_route("/rate_limit", limiter.usage_endpoint())``. It consumes nothing and
+        is never limited: no rule applies to ``path``, where you serve it."""
+        from .integrations._usage import UsageEndpoint
+
+        return UsageEndpoint(self, path)
 
     def document(self, app: FastAPI) -> None:
         """Add the 429 and the rate-limit headers to the OpenAPI schema of limited routes."""

@@ -11,7 +11,7 @@ that fails in the limiter is logged once and the request goes on.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ._decision import Decision
@@ -21,25 +21,24 @@ from ._limiter import RateLimiter
 from ._log_once import LogOnce
 from .backends._memory import MemoryBackend
 from .http._ledger import remember
+from .http._on_limited import (
+    ASGIApp,
+    Message,
+    OnLimited,
+    Receive,
+    Scope,
+    Send,
+    adding_headers,
+    custom_response,
+    validate_on_limited,
+)
 from .http._policy import Access
 from .http._responses import Responses, forbidden, send_response
 from .http._validation import check_routes, check_workers
 
 __all__ = ["OnLimited", "RateLimitMiddleware"]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-#: ``on_limited(scope, decision)`` returns (or awaits to) None for the default 429, an ASGI
-#: app (a Starlette or FastAPI ``Response``), or a ``(status, headers, body)`` tuple.
-OnLimited = Callable[[Scope, Decision], Any]
 
-# The rate-limit headers the app may have set itself (a route-level limit knows better):
-# the X-RateLimit trio is one unit, Retry-After one field; the RateLimit lists concatenate.
-_TRIO = frozenset({b"x-ratelimit-limit", b"x-ratelimit-remaining", b"x-ratelimit-reset"})
-_SINGLE = _TRIO | {b"retry-after"}
 #: Policy violation: the close code for a refused websocket handshake (RFC 6455 7.4.1).
 WS_POLICY_VIOLATION = 1008
 
@@ -87,14 +86,11 @@ class RateLimitMiddleware:
         for name, flag in (("websocket", websocket), ("limit_preflights", limit_preflights)):
             if not isinstance(flag, bool):
                 raise ConfigurationError(f"{name}={flag!r}: must be True or False")
-        if on_limited is not None and not callable(on_limited):
-            raise ConfigurationError(
-                f"on_limited={on_limited!r}: must be a callable (scope, decision) -> response"
-            )
         self.app: ASGIApp = _asgi3(app)
         self.limiter = limiter
         self.websocket = websocket
-        self.on_limited = on_limited
+        #: the middleware's own, else the limiter's (which every door honours)
+        self.on_limited: OnLimited | None = validate_on_limited(on_limited) or limiter.on_limited
         self.limit_preflights = limit_preflights
         self._sleep = sleep or _default_sleep()
         self._responses = Responses(limiter.renderer)
@@ -131,7 +127,7 @@ class RateLimitMiddleware:
                 if checked.delay > 0:
                     await self._sleep(checked.delay)  # leaky bucket: shape, do not refuse
                 if checked.policies and self._adds_headers:
-                    send = _adding_headers(send, self.limiter.renderer.render(checked))
+                    send = adding_headers(send, self.limiter.renderer.render(checked))
                 await self.app(scope, receive, send)
             elif isinstance(checked, Access) and checked.verdict == "blocked":
                 await send_response(send, *forbidden())
@@ -139,23 +135,38 @@ class RateLimitMiddleware:
                 await self.app(scope, receive, send)
         elif kind == "websocket" and self.websocket:
             await self._websocket(scope, receive, send)
-        elif kind == "lifespan" and self.limiter.policy.validation.enabled:
-            await self.app(scope, receive, self._checking_routes(send))
-        else:  # lifespan, websockets when not limited, and types we do not know
+        elif kind == "lifespan":
+            await self.app(scope, self._stopping(receive), self._starting(send))
+        else:  # websockets when not limited, and types we do not know
             await self.app(scope, receive, send)
 
-    def _checking_routes(self, send: Send) -> Send:
-        """``send``, checking the rules against the app's routes once the app has started
-        (its routes are known then: FastAPI's included routers too)."""
+    def _starting(self, send: Send) -> Send:
+        """``send``, starting the limiter (its rules file's poll, the live overrides' sync)
+        once the app has started, and checking the rules against the app's routes then
+        (they are known by then: FastAPI's included routers too)."""
 
-        async def checking(message: Message) -> None:
+        async def starting(message: Message) -> None:
             if message.get("type") == "lifespan.startup.complete":
-                check_routes(self.limiter.policy.validation.rules, self.app)
-                if isinstance(self.limiter.backend, MemoryBackend):
-                    check_workers()
+                self.limiter.start()
+                if self.limiter.policy.validation.enabled:
+                    check_routes(self.limiter.policy.validation.rules, self.app)
+                    if isinstance(self.limiter.backend, MemoryBackend):
+                        check_workers()
             await send(message)
 
-        return checking
+        return starting
+
+    def _stopping(self, receive: Receive) -> Receive:
+        """``receive``, stopping the limiter's background work when the server asks the app
+        to shut down: before the app closes the backend it uses."""
+
+        async def stopping() -> Message:
+            message = await receive()
+            if message.get("type") == "lifespan.shutdown":
+                await self.limiter.stop()
+            return message
+
+        return stopping
 
     def _answer(self, scope: Scope) -> Decision | Access | Awaitable[Decision | Access] | None:
         """The limiter's answer for ``scope`` (None when it failed: logged)."""
@@ -179,7 +190,7 @@ class RateLimitMiddleware:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, decision: Decision) -> None:
         if self.on_limited is not None:
-            custom = await self._custom(scope, decision)
+            custom = await custom_response(self.on_limited, scope, decision, self._log)
             if custom is not None:
                 started = False
 
@@ -190,7 +201,7 @@ class RateLimitMiddleware:
 
                 try:
                     await custom(
-                        scope, receive, _adding_headers(tracking, self._headers_of(decision))
+                        scope, receive, adding_headers(tracking, self._headers_of(decision))
                     )
                     return
                 except Exception as exc:
@@ -201,35 +212,6 @@ class RateLimitMiddleware:
 
     def _headers_of(self, decision: Decision) -> Sequence[RawHeader]:
         return self.limiter.renderer.render(decision)
-
-    async def _custom(self, scope: Scope, decision: Decision) -> ASGIApp | None:
-        """What ``on_limited`` answered, as an ASGI app; None for the default 429."""
-        assert self.on_limited is not None
-        try:
-            answer = self.on_limited(scope, decision)
-            if inspect.isawaitable(answer):
-                answer = await answer
-        except Exception as exc:
-            self._log.error("on_limited", "on_limited failed (%r); answering the default 429", exc)
-            return None
-        if answer is None:
-            return None
-        if isinstance(answer, tuple) and len(answer) == 3:
-            try:
-                return _tuple_response(*answer)
-            except (TypeError, ValueError) as exc:
-                self._log.error("on_limited-tuple", "on_limited returned a bad tuple (%s)", exc)
-                return None
-        if callable(answer):
-            return answer  # type: ignore[no-any-return]
-        self._log.error(
-            f"on_limited-type:{type(answer).__qualname__}",
-            "on_limited returned a %s, which is neither an ASGI app nor a (status, headers, "
-            "body) tuple; answering the default 429 (return e.g. a Starlette Response, or "
-            "(429, {'content-type': 'text/plain'}, b'slow down'))",
-            type(answer).__qualname__,
-        )
-        return None
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         answer = self._answer(scope)
@@ -250,7 +232,7 @@ class RateLimitMiddleware:
             if checked.delay > 0:
                 await self._sleep(checked.delay)
             if checked.policies and self._adds_headers:
-                send = _adding_headers(send, self._headers_of(checked), "websocket.accept")
+                send = adding_headers(send, self._headers_of(checked), "websocket.accept")
         await self.app(scope, receive, send)
 
 
@@ -258,64 +240,6 @@ def _preflight(scope: Scope) -> bool:
     """A CORS preflight: ``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``."""
     names = {bytes(name).lower() for name, _ in scope.get("headers") or ()}
     return b"origin" in names and b"access-control-request-method" in names
-
-
-def _adding_headers(
-    send: Send, extra: Sequence[RawHeader], start: str = "http.response.start"
-) -> Send:
-    """Wrap ``send`` to add ``extra`` headers to the ``start`` message; the rest passes as is."""
-
-    # Not a coroutine function: it hands back send's own awaitable, so each message (every
-    # body chunk too) costs no coroutine of ours. ASGI callers only ever await it.
-    def send_with_headers(message: Message) -> Awaitable[None]:
-        if message["type"] == start:
-            headers = list(message.get("headers") or ())  # any iterable: a generator too
-            for name, _ in headers:
-                lowered = (
-                    name if name.__class__ is bytes and name.islower() else bytes(name).lower()
-                )
-                if lowered in _SINGLE:  # the app set some of ours: it knows better
-                    headers = _merged(headers, extra, lowered)
-                    break
-            else:  # the usual case: the app set none of ours
-                headers.extend(extra)
-            message = {**message, "headers": headers}
-        return send(message)
-
-    return send_with_headers
-
-
-def _merged(headers: list[Any], extra: Sequence[RawHeader], first: bytes) -> list[Any]:
-    """The app's ``headers``, then ours that the app did not set (``first`` is one it set):
-    a field it set stays its own, and the X-RateLimit trio goes as a unit."""
-    set_by_app = {first}
-    for name, _ in headers:
-        lowered = name if name.__class__ is bytes and name.islower() else bytes(name).lower()
-        if lowered in _SINGLE:
-            set_by_app.add(lowered)
-    skip = (set_by_app | _TRIO) if set_by_app & _TRIO else set_by_app
-    headers.extend(header for header in extra if header[0] not in skip)
-    return headers
-
-
-def _tuple_response(status: Any, headers: Any, body: Any) -> ASGIApp:
-    """An ASGI app answering ``(status, headers, body)``."""
-    if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
-        raise ValueError(f"status {status!r} is not an HTTP status")
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    raw = [(_latin1(name).lower(), _latin1(value)) for name, value in items]
-    content = body.encode() if isinstance(body, str) else bytes(body)
-    if not any(name == b"content-length" for name, _ in raw):
-        raw.append((b"content-length", b"%d" % len(content)))
-
-    async def respond(scope: Scope, receive: Receive, send: Send) -> None:
-        await send_response(send, status, raw, content)
-
-    return respond
-
-
-def _latin1(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode("latin-1")
 
 
 def _asgi3(app: Any) -> ASGIApp:

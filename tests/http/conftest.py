@@ -15,6 +15,8 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from asgi_ratelimit import MemoryBackend, RateLimiter, RateLimitMiddleware
+from asgi_ratelimit.backends import Backend
+from asgi_ratelimit.backends.redis import RedisBackend
 from tests.conftest import FakeClock
 
 PEER = "203.0.113.7"
@@ -82,6 +84,19 @@ def make_app(limiter: RateLimiter, **options: Any) -> Starlette:
 def client(app: Any, peer: str = PEER) -> httpx.AsyncClient:
     transport = httpx.ASGITransport(app=app, client=(peer, 1234))
     return httpx.AsyncClient(transport=transport, base_url="http://testserver")
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+async def backend(
+    request: pytest.FixtureRequest, clock: FakeClock, prefix: str
+) -> AsyncIterator[Backend]:
+    """The memory backend, then a real Redis, on the (test module's) fake clock."""
+    if request.param == "memory":
+        yield MemoryBackend(clock=clock)
+        return
+    url = request.getfixturevalue("redis_url")
+    async with RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0) as redis:
+        yield redis
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ middleware's rules, route dependencies and a decorated route, on memory and on R
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -29,18 +28,6 @@ def fixed(rate: str) -> Limit:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(ALIGNED)
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-async def backend(
-    request: pytest.FixtureRequest, clock: FakeClock, prefix: str
-) -> AsyncIterator[Backend]:
-    if request.param == "memory":
-        yield MemoryBackend(clock=clock)
-        return
-    url = request.getfixturevalue("redis_url")
-    async with RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0) as redis:
-        yield redis
 
 
 def scope_of(path: str, peer: str = PEER) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from .._rates import Limit
 from ..algorithms import Outcome
 
-__all__ = ["Backend", "Check", "Result"]
+__all__ = ["Backend", "Check", "Result", "SharedStore"]
 
 
 class Check(NamedTuple):
@@ -96,3 +96,18 @@ class Backend(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+@runtime_checkable
+class SharedStore(Protocol):
+    """A backend every process shares (Redis), which also keeps the limiter's own small
+    records (live overrides): ``await store.command(key, "HGET", key, field)`` runs one
+    command on the server that holds ``key``."""
+
+    async def command(self, key: str, *args: str | bytes) -> Any:
+        """Run one command on the server that holds ``key``; its reply."""
+        ...
+
+    def shared_key(self, name: str) -> str:
+        """The storage key of the limiter's record ``name`` (in this backend's namespace)."""
+        ...

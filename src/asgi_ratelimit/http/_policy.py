@@ -21,12 +21,13 @@ from .._decision import Decision, Policy
 from .._engine import Engine
 from .._identity import Identity
 from .._named import new_named
-from .._rates import LimitsLike
+from .._overrides import Override, Overrides
+from .._rates import Limit, LimitsLike
 from ..backends._protocol import Check
 from ._access import AccessList
 from ._identity import IdentityResolver
 from ._rules import Rule, TieredLimits, validate_cost
-from ._ruleset import Route, RuleSet
+from ._ruleset import Plan, Route, RuleSet
 from ._validation import Validation
 from .identity._base import IdentitySource, Scope
 
@@ -49,6 +50,9 @@ Checked = Decision | Access
 class RequestPolicy:
     """Allow and deny lists, identity sources and rules, validated and compiled once."""
 
+    rules: RuleSet
+    validation: Validation
+
     def __init__(
         self,
         engine: Engine,
@@ -60,20 +64,45 @@ class RequestPolicy:
         allow: Iterable[str],
         deny: Iterable[str],
         validate: bool = True,
+        overrides: Overrides | None = None,
     ) -> None:
         self.engine = engine
         self.identities = IdentityResolver(identify)
-        self.rules = RuleSet(rules, default_limits, default_tier)
-        self.default_tier = default_tier
-        self.allow = AccessList(allow, "allow")
-        self.deny = AccessList(deny, "deny")
-        # Empty lists cannot match: then no request needs its address as an object.
-        self._lists = bool(self.allow or self.deny)
-        for rule in self.rules.all_rules:
+        #: live limits per identity (`Overrides`); `checks` consults them only while any exist
+        self.overrides = overrides if overrides is not None else Overrides(engine.backend)
+        self.overrides.on_change = self._overrides_changed
+        self.replace_rules(rules, default_limits, default_tier, allow, deny)
+        self.validation = Validation(self.rules.all_rules, self.identities.ip, validate)
+
+    def replace_rules(
+        self,
+        rules: Iterable[Rule],
+        default_limits: LimitsLike | TieredLimits | None,
+        default_tier: str,
+        allow: Iterable[str],
+        deny: Iterable[str],
+    ) -> None:
+        """Validate a new rule set and lists, then swap them in whole: a request in flight
+        keeps the route it found; the next one sees only the new set. Budgets of rules that
+        did not change (same name, same limits) are the same storage and keep counting."""
+        ruleset = RuleSet(rules, default_limits, default_tier)
+        allow_list = AccessList(allow, "allow")
+        deny_list = AccessList(deny, "deny")
+        for rule in ruleset.all_rules:
             for named in rule.tiers.values():
                 for _, limit in named:
-                    engine.backend.validate_limit(limit)
-        self.validation = Validation(self.rules.all_rules, self.identities.ip, validate)
+                    self.engine.backend.validate_limit(limit)
+        previous: RuleSet | None = getattr(self, "rules", None)
+        if previous is not None:
+            ruleset.exempt = previous.exempt  # the usage endpoint's path stays exempt
+            self.validation.rules = ruleset.all_rules
+        # No await from here on: the swap is whole for every request.
+        self.rules = ruleset
+        self.default_tier = default_tier
+        self.allow = allow_list
+        self.deny = deny_list
+        # Empty lists cannot match: then no request needs its address as an object.
+        self._lists = bool(allow_list or deny_list)
 
     def check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
         """Deny list, allow list, identity, rules, then one atomic decision for every rule.
@@ -148,11 +177,14 @@ class RequestPolicy:
         identity: Identity,
         route: Route,
         costs: Sequence[float] | None = None,
+        plan: Plan | None = None,
     ) -> tuple[list[Check], Sequence[Policy]]:
         """The `Check` of every limit of every rule of ``route`` (at ``costs``, per rule),
-        and their `Policy`, in the same order: the route's `Plan` for the identity's tier."""
-        plans = route.plans
-        plan = plans.get(identity.tier) or plans[None]
+        and their `Policy`, in the same order: the route's `Plan` for the identity's tier
+        (or ``plan``)."""
+        if plan is None:
+            plans = route.plans
+            plan = plans.get(identity.tier) or plans[None]
         checks: list[Check] = []
         ip_key = ""
         for index, key, limit, cost, budget in plan.limits:
@@ -167,6 +199,39 @@ class RequestPolicy:
                 cost = costs[index]
             checks.append(new_named(Check, (subject, limit, cost, budget)))
         return checks, plan.policies
+
+    def _overrides_changed(self, present: bool) -> None:
+        # While no identity has an override (most of the time), requests skip the lookup.
+        if present:
+            self.checks = self._checks_overridden  # type: ignore[method-assign]
+        else:
+            vars(self).pop("checks", None)
+
+    def _checks_overridden(
+        self,
+        scope: Scope,
+        identity: Identity,
+        route: Route,
+        costs: Sequence[float] | None = None,
+        plan: Plan | None = None,
+    ) -> tuple[list[Check], Sequence[Policy]]:
+        """`checks`, with the limits of the identity's live overrides."""
+        found = self.overrides.lookup(identity.key)
+        if found is None:
+            return RequestPolicy.checks(self, scope, identity, route, costs, plan)
+        if plan is None:
+            plan = route.plans.get(identity.tier) or route.plans[None]
+        return RequestPolicy.checks(
+            self, scope, identity, route, costs, _overridden(plan, route, found)
+        )
+
+    def usage_checks(
+        self, scope: Scope, identity: Identity
+    ) -> tuple[list[Check], Sequence[Policy]]:
+        """A `Check` (of cost 1) for every limit of every rule that does not count per path,
+        for ``identity``: what a ``/rate_limit`` page peeks at."""
+        route = self.rules.usage_route()
+        return self.checks(scope, identity, route, [1.0] * len(route.rules))
 
     def _costs(self, scope: Scope, rules: tuple[Rule, ...]) -> list[float | Awaitable[float]]:
         """The cost of each rule: its number, or what its callable answers."""
@@ -193,3 +258,24 @@ class RequestPolicy:
             f"cost:{rule.name}", "cost of rule %r failed (%r); counting 1", rule, exc
         )
         return 1
+
+
+def _overridden(plan: Plan, route: Route, found: dict[str, Override]) -> Plan:
+    """``plan`` with the limits of every rule that ``found`` overrides (by the rule's name,
+    or ``"*"`` for every rule) replaced."""
+    limits: list[tuple[int, str, Limit, float | None, str]] = []
+    policies: list[Policy] = []
+    for entry, policy in zip(plan.limits, plan.policies, strict=True):
+        index = entry[0]
+        rule = route.rules[index]
+        override = found.get(rule.name) or found.get("*")
+        if override is None:
+            limits.append(entry)
+            policies.append(policy)
+        elif not any(done[0] == index for done in limits):  # a rule's limits, once
+            many = len(override.limits) > 1
+            for limit in override.limits:
+                limits.append((index, entry[1], limit, entry[3], entry[4]))
+                name = f"{rule.name} {limit.text}" if many else rule.name
+                policies.append(policy._replace(name=name))
+    return Plan(tuple(limits), tuple(policies))

@@ -16,11 +16,12 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, NamedTuple
 
 from .._decision import Decision
-from .._headers import HeaderRenderer, RawHeader, RawHeaders, whole_seconds
+from .._headers import SF_INTEGER_MAX, HeaderRenderer, RawHeader, RawHeaders, whole_seconds
 from .._named import new_named
 
 __all__ = [
@@ -65,13 +66,15 @@ class Responses:
         # One policy (the usual refusal), and a client over its limit keeps asking: the whole
         # answer is a function of the policy and four whole numbers, kept per them.
         policy = policies[0]
+        reset, upcoming = policy.reset_after, policy.next_after
         key = (
             policy.name,
             policy.limit.id,
             decision.retry_after_header,
             policy.remaining,
-            whole_seconds(policy.reset_after),
-            whole_seconds(policy.next_after),
+            # `whole_seconds`, inlined for the usual values: every refusal.
+            math.ceil(reset) if 0 < reset < SF_INTEGER_MAX else whole_seconds(reset),
+            math.ceil(upcoming) if 0 < upcoming < SF_INTEGER_MAX else whole_seconds(upcoming),
         )
         kept = self._kept.get(key)
         if kept is None:
@@ -84,7 +87,7 @@ class Responses:
 
     def _denial(self, decision: Decision) -> Denial:
         policies = decision.policies
-        violated = tuple([p.name for p in policies if not p.allowed])
+        violated = tuple([p.name for p in policies if not p.allowed and not p.shadow])
         retry = decision.retry_after_header
         status = 413 if retry is None else 429
         key = (decision.policy, retry, violated, decision.limit)

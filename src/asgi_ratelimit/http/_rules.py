@@ -13,8 +13,8 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Literal, get_args
 
-from .._decision import FailurePolicy, Policy
-from .._engine import validate_failure_policy
+from .._decision import FailurePolicy, Mode, Policy
+from .._engine import validate_failure_policy, validate_mode
 from .._errors import ConfigurationError
 from .._rates import Limit, LimitsLike, parse_limits
 from .identity._base import Scope
@@ -48,11 +48,13 @@ class Rule:
         Rule("/search", limits=["10/second", "1000/day"])
         Rule("/api/{path:path}", limits={"free": "60/minute", "premium": "600/minute"})
         Rule("/export/*", limits="10/hour", cost=lambda scope: 5, stop=True)
+        Rule("/search", limits="10/second", mode="shadow")   # counted, never refused
 
     ``key`` picks whose budget counts: ``"identity"`` (default: per rule and identity, so
     ``/items/{id}`` is one budget whatever the id), ``"path"`` (per identity and concrete
     path), ``"ip"`` (per client IP whatever the identity) or ``"global"`` (one for everyone).
     ``limits`` is a limit, a list, or a dict tier -> limits (``None`` for unlimited).
+    ``mode`` (``"enforce"``, ``"shadow"`` or ``"off"``) wins over the limiter's mode.
     A glob ``*`` matches any characters, ``/`` included; a trailing ``/*`` or ``/{p:path}``
     also matches the bare prefix (``/api/*`` matches ``/api``). HEAD matches rules for GET.
     """
@@ -63,6 +65,7 @@ class Rule:
         "cost",
         "key",
         "methods",
+        "mode",
         "name",
         "on_backend_error",
         "path",
@@ -81,6 +84,8 @@ class Rule:
     static_cost: float | None
     stop: bool
     on_backend_error: FailurePolicy | None
+    #: the rule's own mode (None: the limiter's)
+    mode: Mode | None
     #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
     tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
     #: the name of the rule's budget in storage (its counts, apart from other rules')
@@ -99,6 +104,7 @@ class Rule:
         cost: CostLike = 1,
         stop: bool = False,
         on_backend_error: FailurePolicy | None = None,
+        mode: Mode | None = None,
     ) -> None:
         self.path = path
         self._pattern = _compile_path(path)
@@ -121,9 +127,10 @@ class Rule:
             if on_backend_error is None
             else validate_failure_policy(on_backend_error, f"rule {self.name!r}: on_backend_error")
         )
+        self.mode = None if mode is None else validate_mode(mode, f"rule {self.name!r}: mode")
         self.tiers = self._parse_tiers(limits)
         self.policies = {
-            tier: tuple([Policy(name, self.on_backend_error) for name, _ in named])
+            tier: tuple([Policy(name, self.on_backend_error, self.mode, path) for name, _ in named])
             for tier, named in self.tiers.items()
         }
 

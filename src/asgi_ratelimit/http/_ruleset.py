@@ -56,7 +56,7 @@ class Route(NamedTuple):
 class RuleSet:
     """Rules in order; ``default_limits`` (a rule named ``"default"``) when none matches."""
 
-    __slots__ = ("_routes", "default_rule", "default_tier", "rules")
+    __slots__ = ("_policy_routes", "_routes", "default_rule", "default_tier", "exempt", "rules")
 
     def __init__(
         self,
@@ -70,6 +70,8 @@ class RuleSet:
             )
         self.default_tier = default_tier
         self._routes: dict[tuple[Any, ...], Route] = {}
+        #: normalized paths no rule applies to (the usage endpoint's)
+        self.exempt: frozenset[str] = frozenset()
         parsed: list[Rule] = []
         for rule in [rules] if isinstance(rules, Rule) else rules:
             if not isinstance(rule, Rule):
@@ -98,12 +100,33 @@ class RuleSet:
                     f"{what} has no {default_tier!r} tier, which identities with no tier or an "
                     "unknown one get (add it, or set RateLimiter(default_tier=...))"
                 )
+        self._policy_routes = {
+            policy.name: rule.path
+            for rule in self.all_rules
+            for policies in rule.policies.values()
+            for policy in policies
+        }
 
     @property
     def all_rules(self) -> tuple[Rule, ...]:
         """The rules, then the default rule if any."""
         default = () if self.default_rule is None else (self.default_rule,)
         return self.rules + default
+
+    def exempt_path(self, path: str) -> None:
+        """Let no rule (nor the default limits) apply to requests on ``path``."""
+        self.exempt = self.exempt | {normalize_path(path)}
+        self._routes = {}  # routes found before may have matched it
+
+    def usage_route(self) -> Route:
+        """Every rule whose budget does not depend on the request's path (all but
+        ``key="path"`` rules), as one route: what a ``/rate_limit`` page reports."""
+        rules = tuple(rule for rule in self.all_rules if rule.key != "path")
+        return Route("GET", "", rules, False, self._plans(rules, ""))
+
+    def route_of_policy(self, name: str | None) -> str | None:
+        """The path template of the rule a policy name belongs to (None: no rule's)."""
+        return self._policy_routes.get(name) if name is not None else None
 
     def route(self, scope: Mapping[str, Any]) -> Route:
         """The method, counted path and matching rules of a request scope (memoized)."""
@@ -158,6 +181,8 @@ class RuleSet:
 
     def _match(self, method: str, paths: tuple[str, ...]) -> tuple[Rule, ...]:
         # A rule applies when it matches any path the app might route on.
+        if self.exempt and not self.exempt.isdisjoint(paths):
+            return ()
         matched: list[Rule] = []
         for rule in self.rules:
             if any(rule.matches(method, path) for path in paths):

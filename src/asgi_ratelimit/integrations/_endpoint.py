@@ -8,7 +8,7 @@ a refused request costs nothing anywhere.
 
     spec = EndpointLimit(limiter, "10/minute", key="ip")
     checked = await spec.check(request)        # Decision (this route's), or Access
-    denial = spec.refusal(checked)             # the 403/429/413 Response, or None
+    denial = await spec.refusal(request, checked)   # the 403/429/413 Response, or None
     spec.add_headers(response, request)        # the route's headers, on an admitted response
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from starlette.requests import Request
@@ -30,6 +31,7 @@ from .._log_once import LogOnce
 from .._rates import LimitsLike, parse_limits
 from ..backends._protocol import Check
 from ..http._ledger import decided, refund_all, remember
+from ..http._on_limited import OnLimited, custom_response, validate_on_limited
 from ..http._policy import Access
 from ..http._responses import PROBLEM_JSON, Denial, Responses, forbidden
 from ..http._rules import validate_cost
@@ -59,7 +61,7 @@ class EndpointLimit:
     The budget is per (route, identity): the same spec on two routes counts them apart. A
     ``name`` names the policy in the headers and shares one budget between every route that
     uses it. ``key="ip"`` counts per client IP whatever the identity; ``key="global"`` counts
-    everyone together.
+    everyone together. ``on_limited`` (else the limiter's) answers refusals.
     """
 
     def __init__(
@@ -71,6 +73,7 @@ class EndpointLimit:
         key: EndpointKey = "identity",
         name: str | None = None,
         on_backend_error: FailurePolicy | None = None,
+        on_limited: OnLimited | None = None,
     ) -> None:
         self.limiter = limiter
         self.limits = tuple(limiter.backend.validate_limit(lim) for lim in parse_limits(limits))
@@ -86,11 +89,15 @@ class EndpointLimit:
                 "the RateLimit headers), e.g. 'search'"
             )
         self.name = name
+        if name is not None:  # its budget is shared: the usage endpoint reports it
+            limiter.named_limits.setdefault(name, self)
         self.on_backend_error = (
             None
             if on_backend_error is None
             else validate_failure_policy(on_backend_error, "on_backend_error")
         )
+        #: this route's own, else the limiter's
+        self.on_limited = validate_on_limited(on_limited) or limiter.on_limited
         self._responses = Responses(limiter.renderer)
         style = limiter.header_style
         self._legacy = HeaderRenderer("legacy") if style in ("both", "legacy") else None
@@ -114,13 +121,19 @@ class EndpointLimit:
             identity = await self.limiter.identify(scope)
         access = self.limiter.policy.access(scope, identity)
         if access is not None:
+            if consume and access.verdict == "blocked" and self.limiter.observers:
+                self.limiter.report(access, request.method, None, 0.0)
             return access
         checks, policies = await self.checks(request, identity)
+        start = perf_counter()
         own = self.limiter.engine.decide(checks, policies, identity, consume)
         if not isinstance(own, Decision):
             own = await own
         if not consume:
             return own
+        if self.limiter.observers:
+            route = policies[0].route if policies else None
+            self.limiter.report(own, request.method, route, perf_counter() - start)
         if not own.allowed:
             await refund_all(scope)  # refused here: what the doors before took goes back
             return own
@@ -151,11 +164,18 @@ class EndpointLimit:
                 f"{self!r}: give it a name= to read its quota outside its route"
             )
         identity = await self.limiter.identify(scope)
-        checks, policies = self._checks(scope, identity, self.name, self.name, 0)
+        checks, policies = self.named_checks(scope, identity)
         decision = self.limiter.engine.decide(checks, policies, identity, consume=False)
         if not isinstance(decision, Decision):
             decision = await decision
         return decision.policies
+
+    def named_checks(
+        self, scope: MutableMapping[str, Any], identity: Identity
+    ) -> tuple[list[Check], list[Policy]]:
+        """The checks of a named limit's shared budget, outside any route (cost 0)."""
+        assert self.name is not None
+        return self._checks(scope, identity, self.name, self.name, 0)
 
     def _checks(
         self,
@@ -173,21 +193,32 @@ class EndpointLimit:
             subject = identity.key
         name = self.policy_name(route_name)
         budget = f"route:{self.name or route_id}"
-        many = len(self.limits) > 1
-        checks = [Check(subject, limit, cost, budget) for limit in self.limits]
+        limits = self.limits
+        if self.limiter.overrides.active:  # someone has live limits: maybe this identity
+            limits = self.limiter.overrides.limits_for(identity.key, name) or limits
+        many = len(limits) > 1
+        checks = [Check(subject, limit, cost, budget) for limit in limits]
         policies = [
-            Policy(f"{name} {limit.text}" if many else name, self.on_backend_error)
-            for limit in self.limits
+            Policy(
+                f"{name} {limit.text}" if many else name, self.on_backend_error, None, route_name
+            )
+            for limit in limits
         ]
         return checks, policies
 
-    def refusal(self, checked: Decision | Access) -> Response | None:
-        """The response refusing the request (403, 429 or 413), or None to let it pass."""
+    async def refusal(self, request: Request, checked: Decision | Access) -> Response | None:
+        """The response refusing the request (403, 429 or 413, or what ``on_limited``
+        answers), or None to let it pass."""
         if isinstance(checked, Access):
             return _response(forbidden()) if checked.verdict == "blocked" else None
         if checked.allowed:
             return None
-        return _response(self._responses.refusal(checked))
+        denial = self._responses.refusal(checked)
+        if self.on_limited is not None:
+            custom = await custom_response(self.on_limited, request.scope, checked, self._log)
+            if custom is not None:
+                return _custom(custom, denial)
+        return _response(denial)
 
     def add_headers(self, response: Response, request: Request) -> None:
         """Set the headers of every route-level policy so far on ``response``.
@@ -229,6 +260,35 @@ def _response(denial: Denial) -> Response:
         if name not in (b"content-type", b"content-length"):
             response.headers.append(name.decode("latin-1"), value.decode("latin-1"))
     return response
+
+
+def _custom(app: Callable[..., Awaitable[None]], denial: Denial) -> Response:
+    """``on_limited``'s answer as a ``Response``, with the refusal's rate-limit headers for
+    every one it does not set itself."""
+    # An ASGI app of another kind (or a tuple's) runs as the response.
+    response = app if isinstance(app, Response) else _AppResponse(app)
+    own = {name.lower() for name in response.headers}
+    if own & {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}:
+        own |= {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
+    for name, value in denial.headers:
+        text = name.decode("latin-1")
+        if name not in (b"content-type", b"content-length") and text not in own:
+            response.headers.append(text, value.decode("latin-1"))
+    return response
+
+
+class _AppResponse(Response):
+    """A ``Response`` that runs an ASGI app, adding its own headers to the app's."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        super().__init__(status_code=429)
+        del self.headers["content-length"]
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from ..http._on_limited import adding_headers
+
+        await self.app(scope, receive, adding_headers(send, self.raw_headers))
 
 
 def _route_of(request: Request) -> tuple[str, str]:

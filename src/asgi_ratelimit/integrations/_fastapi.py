@@ -29,6 +29,7 @@ from ._endpoint import CostLike, EndpointKey, EndpointLimit
 if TYPE_CHECKING:
     from .._decision import FailurePolicy
     from .._limiter import RateLimiter
+    from ..http._on_limited import OnLimited
 
 __all__ = ["RateLimitDependency", "RateLimitHTTPException"]
 
@@ -102,14 +103,21 @@ class RateLimitDependency(EndpointLimit):
         key: EndpointKey = "identity",
         name: "str | None" = None,
         on_backend_error: "FailurePolicy | None" = None,
+        on_limited: "OnLimited | None" = None,
     ) -> None:
         super().__init__(
-            limiter, limits, cost=cost, key=key, name=name, on_backend_error=on_backend_error
+            limiter,
+            limits,
+            cost=cost,
+            key=key,
+            name=name,
+            on_backend_error=on_backend_error,
+            on_limited=on_limited,
         )
 
     async def __call__(self, request: Request, response: Response) -> Decision:
         checked = await self.check(request)
-        denial = self.refusal(checked)
+        denial = await self.refusal(request, checked)
         if denial is not None:
             _install_handler(request)
             raise RateLimitHTTPException(checked if isinstance(checked, Decision) else None, denial)

@@ -32,6 +32,7 @@ from ._endpoint import CostLike, EndpointKey, EndpointLimit
 if TYPE_CHECKING:
     from .._decision import FailurePolicy
     from .._limiter import RateLimiter
+    from ..http._on_limited import OnLimited
 
 __all__ = ["Endpoint", "limit_endpoint"]
 
@@ -50,6 +51,7 @@ def limit_endpoint(
     key: EndpointKey = "identity",
     name: str | None = None,
     on_backend_error: FailurePolicy | None = None,
+    on_limited: OnLimited | None = None,
 ) -> Callable[[Endpoint], Endpoint]:
     """Decorate an ``async def`` endpoint: 429 when over, headers when not.
 
@@ -60,7 +62,13 @@ def limit_endpoint(
     Methods of an ``HTTPEndpoint`` work too. The decision is on ``request.state.rate_limit``.
     """
     spec = EndpointLimit(
-        limiter, limits, cost=cost, key=key, name=name, on_backend_error=on_backend_error
+        limiter,
+        limits,
+        cost=cost,
+        key=key,
+        name=name,
+        on_backend_error=on_backend_error,
+        on_limited=on_limited,
     )
 
     def decorate(endpoint: Endpoint) -> Endpoint:
@@ -81,7 +89,7 @@ def limit_endpoint(
             request = kwargs.pop(_REQUEST, None) or _find_request(args, kwargs)
             injected: Response | None = kwargs.pop(_RESPONSE, None)
             checked = await spec.check(request)
-            denial = spec.refusal(checked)
+            denial = await spec.refusal(request, checked)
             if denial is not None:
                 return denial
             result = await endpoint(*args, **kwargs)

@@ -284,6 +284,22 @@ class RedisBackend:
         reply = await self._script.call(send, mode, checks, storage_keys, now_us, want_state)
         return decode(reply, checks)
 
+    def shared_key(self, name: str) -> str:
+        """``prefix{name}``: a record of the limiter's own (one Cluster slot per name)."""
+        return f"{self.prefix}{{{name}}}"
+
+    async def command(self, key: str, *args: str | bytes) -> Any:
+        """Run one command on the server that holds ``key`` (the live overrides' records);
+        `BackendError` when it fails."""
+        topology = self._topology
+        send = topology.sender(_slot_of(key)) if topology.cluster else topology.node.call
+        try:
+            return await send(pack(args))
+        except ReplyError as exc:
+            raise self._refused(exc, key) from exc
+        except ConnectionLost as exc:
+            raise BackendError(f"{self!r}: {exc}") from exc
+
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
         """Forget ``key``: every budget of it, or only its direct-use ``limits``."""
         tag_prefix = self._keys.prefix_of(key)

@@ -1,0 +1,62 @@
+"""``asgi-ratelimit check RULES.toml``: validate a rules file and show its rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .._errors import ConfigurationError
+from ..http._rules_file import RulesFile, load_rules_file
+from ._app import app
+
+__all__ = ["check", "rules_table"]
+
+
+@app.command()
+def check(
+    rules_file: Annotated[Path, typer.Argument(help="The TOML rules file to validate.")],
+) -> None:
+    """Validate a rules file and print its rules (exit 1 with the errors)."""
+    try:
+        loaded = load_rules_file(rules_file)
+    except ConfigurationError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    Console().print(rules_table(loaded))
+
+
+def rules_table(loaded: RulesFile) -> Table:
+    """The rules of a file as a table: one row per rule and tier."""
+    table = Table(title=f"{loaded.path}: {len(loaded.rules)} rules")
+    for column in ("rule", "methods", "path", "key", "tier", "limits", "cost", "mode"):
+        table.add_column(column)
+    rules = list(loaded.rules)
+    for rule in rules:
+        methods = ", ".join(sorted(rule.methods)) if rule.methods else "any"
+        cost = "callable" if rule.static_cost is None else f"{rule.static_cost:g}"
+        for tier, named in rule.tiers.items():
+            limits = ", ".join(_limit_text(limit) for _, limit in named) or "unlimited"
+            table.add_row(
+                rule.name, methods, rule.path, rule.key, tier or "any", limits, cost,
+                rule.mode or "limiter's",
+            )  # fmt: skip
+    if loaded.default_limits is not None:
+        table.add_row("default", "any", "(no rule matched)", "identity", "", str(
+            loaded.default_limits), "1", "limiter's")  # fmt: skip
+    for which, entries in (("allow", loaded.allow), ("deny", loaded.deny)):
+        if entries:
+            table.caption = (table.caption or "") + f"{which}: {', '.join(entries)}  "
+    return table
+
+
+def _limit_text(limit: object) -> str:
+    text = getattr(limit, "text", str(limit))
+    algorithm = getattr(limit, "algorithm", "")
+    burst = getattr(limit, "burst", None)
+    amount = getattr(limit, "amount", None)
+    extra = f", burst {burst}" if burst is not None and burst != amount else ""
+    return f"{text} ({algorithm}{extra})"

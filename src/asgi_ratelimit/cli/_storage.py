@@ -1,0 +1,91 @@
+"""``asgi-ratelimit usage|reset IDENTITY --storage URL``: an identity's budgets on a live
+backend."""
+
+from __future__ import annotations
+
+import asyncio
+import json as json_module
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .._errors import ConfigurationError
+from .._identity import Identity
+from .._limiter import RateLimiter
+from ._app import app
+
+__all__ = ["IdentityKey", "Storage", "limiter_on", "reset", "usage"]
+
+Storage = Annotated[
+    str, typer.Option("--storage", help="The backend's URL, e.g. redis://localhost:6379/0.")
+]
+IdentityKey = Annotated[str, typer.Argument(help="An identity key: ip:203.0.113.7, user:42, ...")]
+
+
+@app.command()
+def usage(
+    identity: IdentityKey,
+    storage: Storage,
+    rules: Annotated[Path, typer.Option("--rules", help="The TOML rules file the app runs with.")],
+    tier: Annotated[
+        str | None, typer.Option("--tier", help="The identity's tier (default: the rules').")
+    ] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Show an identity's budget under every rule, consuming nothing."""
+    limiter = limiter_on(storage, rules)
+    statuses = asyncio.run(_usage(limiter, Identity(identity, tier, "cli")))
+    if json:
+        typer.echo(json_module.dumps(statuses))
+        return
+    table = Table(title=f"{identity} on {storage}")
+    for column in ("policy", "limit", "remaining", "used", "full in (s)", "window (s)"):
+        table.add_column(column)
+    for name, row in statuses.items():
+        table.add_row(name, *(str(row[key]) for key in ("limit", "remaining", "used", "reset",
+                                                          "window")))  # fmt: skip
+    Console().print(table)
+
+
+@app.command()
+def reset(identity: IdentityKey, storage: Storage) -> None:
+    """Give an identity every budget back: rules, route limits, direct use."""
+    limiter = limiter_on(storage)
+    asyncio.run(_reset(limiter, identity))
+    typer.echo(f"{identity}: every budget is full again")
+
+
+def limiter_on(storage: str, rules: Path | None = None) -> RateLimiter:
+    """A limiter on the app's backend at ``storage`` (a Redis URL), with its rules file."""
+    try:
+        if storage.startswith("memory://"):
+            raise ConfigurationError(
+                f"--storage {storage}: a memory backend lives inside the app's process; give "
+                "the app's Redis URL"
+            )
+        from ..backends.redis import RedisBackend
+
+        return RateLimiter(
+            backend=RedisBackend.from_url(storage, fail_fast=True),
+            rules_file=rules,
+            validate=False,
+        )
+    except (ConfigurationError, ImportError) as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+async def _usage(limiter: RateLimiter, identity: Identity) -> dict[str, dict[str, int]]:
+    async with limiter.backend:
+        scope: dict[str, Any] = {"type": "http", "headers": []}
+        if identity.key.startswith("ip:"):  # rules keyed by IP count this address
+            scope["client"] = (identity.key[3:], 0)
+        return await limiter.usage_endpoint().resources(scope, identity)
+
+
+async def _reset(limiter: RateLimiter, identity: str) -> None:
+    async with limiter.backend:
+        await limiter.reset_identity(identity)

@@ -1,0 +1,140 @@
+"""``asgi-ratelimit check``, ``usage`` and ``reset``: through Typer's runner, a real Redis,
+and the installed console script in a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from asgi_ratelimit import RateLimiter
+from asgi_ratelimit.backends.redis import RedisBackend
+from asgi_ratelimit.cli import _register, app
+
+RULES = """\
+[[rules]]
+path = "/login"
+methods = ["POST"]
+limits = "5/minute"
+key = "ip"
+name = "login"
+
+[[rules]]
+path = "/api/{p:path}"
+limits = { free = "60/minute", premium = "600/minute" }
+name = "api"
+"""
+SCRIPT = Path(sys.executable).parent / "asgi-ratelimit"
+
+_register()
+runner = CliRunner()
+
+
+@pytest.fixture
+def rules(tmp_path: Path) -> Path:
+    path = tmp_path / "rules.toml"
+    path.write_text(RULES)
+    return path
+
+
+def test_check_prints_every_rule_and_tier(rules: Path) -> None:
+    result = runner.invoke(app, ["check", str(rules)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "2 rules" in result.output
+    lines = [line for line in result.output.splitlines() if "/minute" in line]
+    assert len(lines) == 3  # login, api free, api premium
+    assert [line.split()[1] for line in lines] == ["login", "api", "api"]
+    assert "600/minute (sliding_window_counter)" in result.output
+
+
+def test_check_exits_1_with_the_file_and_line(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text(RULES.replace('"5/minute"', '"5/minit"'))
+    result = runner.invoke(app, ["check", str(broken)], env={"COLUMNS": "200"})
+    assert result.exit_code == 1
+    assert "broken.toml:4: rule 'login': limit '5/minit': unknown period 'minit'" in (
+        result.output.replace("\n", "")
+    )
+
+
+def test_every_command_has_help() -> None:
+    for command in ("check", "usage", "reset"):
+        result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0
+        assert "Usage:" in result.output
+    usage_help = runner.invoke(app, ["usage", "--help"], env={"COLUMNS": "200"}).output
+    for option in ("--storage", "--rules", "--tier", "--json"):
+        assert option in usage_help
+
+
+def test_a_memory_url_is_refused_with_the_reason(rules: Path) -> None:
+    result = runner.invoke(app, ["reset", "ip:1.2.3.4", "--storage", "memory://"])
+    assert result.exit_code == 2
+    assert "a memory backend lives inside the app's process" in result.output
+
+
+@pytest.mark.redis
+def test_usage_and_reset_on_a_live_redis(rules: Path, redis_url: str) -> None:
+    async def counted_by_the_app() -> None:
+        # What the app's workers counted: two logins from one address, one API call.
+        backend = RedisBackend.from_url(redis_url)
+        app_limiter = RateLimiter(backend=backend, rules_file=rules)
+        async with backend:
+            await app_limiter.reset_identity("ip:192.0.2.44")
+            scope = {"type": "http", "method": "POST", "path": "/login", "headers": [],
+                     "client": ("192.0.2.44", 1)}  # fmt: skip
+            for _ in range(2):
+                await app_limiter.check(scope)  # type: ignore[misc]
+            await app_limiter.check({**scope, "method": "GET", "path": "/api/x"})  # type: ignore[misc]
+
+    asyncio.run(counted_by_the_app())
+
+    def usage() -> dict[str, dict[str, int]]:
+        result = subprocess.run(
+            [str(SCRIPT), "usage", "ip:192.0.2.44", "--storage", redis_url,
+             "--rules", str(rules), "--json"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+    before = usage()
+    assert {name: q["remaining"] for name, q in before.items()} == {"login": 3, "api": 59}
+    assert before["login"]["used"] == 2
+    again = usage()  # looking consumes nothing
+    assert {name: q["remaining"] for name, q in again.items()} == {"login": 3, "api": 59}
+    result = runner.invoke(app, ["reset", "ip:192.0.2.44", "--storage", redis_url])
+    assert result.exit_code == 0, result.output
+    assert "every budget is full again" in result.output
+    assert {name: q["remaining"] for name, q in usage().items()} == {"login": 5, "api": 60}
+
+
+@pytest.mark.redis
+def test_override_set_get_delete_on_a_live_redis(redis_url: str) -> None:
+    identity = f"user:cli-{id(runner)}"
+
+    def run(*args: str) -> str:
+        result = runner.invoke(app, ["override", *args, "--storage", redis_url])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert run("set", identity, "7/minute", "--policy", "login", "--ttl", "60") == (
+        f"{identity}: 7/minute for login\n"
+    )
+    run("set", identity, "100/hour")
+    found = json.loads(run("get", identity, "--json"))
+    assert found["*"] == {"limits": ["100/hour"], "expires_in": None}
+    assert found["login"]["limits"] == ["7/minute"]
+    assert 58 <= found["login"]["expires_in"] <= 60
+    run("delete", identity, "--policy", "login")
+    assert set(json.loads(run("get", identity, "--json"))) == {"*"}
+    run("delete", identity)
+    assert run("get", identity) == f"{identity}: no overrides\n"
+    bad = runner.invoke(app, ["override", "set", identity, "7/parsec", "--storage", redis_url])
+    assert bad.exit_code == 2
+    assert "unknown period 'parsec'" in bad.output

@@ -1,0 +1,51 @@
+"""The server tests/client/ call through a real uvicorn: limited by this package.
+
+- ``/search``: 5 a second per client IP (fixed windows: ``t`` says when the next starts)
+- ``/flaky``: refuses each client's first request with only ``Retry-After`` as an HTTP date
+  (a service that sends no ``RateLimit`` headers), then answers 200; GET and POST
+- ``/write``: POST, 1 a minute per client IP
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from asgi_ratelimit import Limit, RateLimiter, RateLimitMiddleware, Rule
+
+limiter = RateLimiter(
+    rules=[
+        Rule("/search", limits=Limit("5/second", algorithm="fixed_window"), key="ip"),
+        Rule("/write", methods=["POST"], limits=Limit("1/minute", algorithm="fixed_window")),
+    ],
+)
+_seen: set[str] = set()
+
+
+async def ok(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+async def flaky(request: Request) -> Response:
+    client = request.headers.get("x-client", "")
+    if client not in _seen:
+        _seen.add(client)
+        when = email.utils.formatdate(time.time() + 1, usegmt=True)
+        return PlainTextResponse("busy", status_code=503, headers={"retry-after": when})
+    return PlainTextResponse("ok")
+
+
+app = Starlette(
+    routes=[
+        Route("/ready", ok),
+        Route("/search", ok),
+        Route("/flaky", flaky, methods=["GET", "POST"]),
+        Route("/write", ok, methods=["POST"]),
+    ]
+)
+app.add_middleware(RateLimitMiddleware, limiter=limiter)

@@ -1,0 +1,197 @@
+"""The transports' decisions, exact: pacing under concurrency (tasks and threads), what is
+retried and after how long, and the header readers. The server here is httpx's
+``MockTransport`` (a real transport answering from a function); the real server's tests are
+in test_against_a_server.py."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import threading
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from asgi_ratelimit.client import AsyncRateLimitTransport, RateLimitTransport, Wait
+from asgi_ratelimit.client._fields import items, retry_after
+
+URL = "https://api.test/search"
+
+
+def answering(*responses: httpx.Response) -> Callable[[httpx.Request], httpx.Response]:
+    """A server that answers ``responses`` in turn (the last one forever); counts requests."""
+    queue = list(responses)
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    handler.sent = sent  # type: ignore[attr-defined]
+    return handler
+
+
+class Sleeps:
+    """Records waits instead of waiting, and moves `clock` on by them (unless ``frozen``:
+    then every request is decided at the same instant)."""
+
+    def __init__(self, frozen: bool = False) -> None:
+        self.seconds: list[float] = []
+        self.now = 0.0
+        self.frozen = frozen
+
+    def clock(self) -> float:
+        return self.now
+
+    async def __call__(self, seconds: float) -> None:
+        self.sync(seconds)
+
+    def sync(self, seconds: float) -> None:
+        self.seconds.append(round(seconds, 6))
+        if not self.frozen:
+            self.now += seconds
+
+
+async def test_a_client_side_limit_paces_concurrent_requests_exactly() -> None:
+    sleeps = Sleeps(frozen=True)
+    transport = AsyncRateLimitTransport(
+        httpx.MockTransport(answering(httpx.Response(200))),
+        limits={"api.test": "10/second"}, sleep=sleeps, clock=sleeps.clock,
+    )  # fmt: skip
+    async with httpx.AsyncClient(transport=transport) as client:
+        await asyncio.gather(*(client.get(URL) for _ in range(15)))
+    # GCRA: the burst of 10 at once, then one every 0.1 s; no two share an instant.
+    assert sorted(sleeps.seconds) == [0.1, 0.2, 0.3, 0.4, 0.5]
+
+
+def test_the_sync_transport_is_exact_across_threads() -> None:
+    sleeps = Sleeps(frozen=True)
+    transport = RateLimitTransport(
+        httpx.MockTransport(answering(httpx.Response(200))),
+        limits={"api.test": "10/second"}, sleep=sleeps.sync, clock=sleeps.clock,
+    )  # fmt: skip
+    with httpx.Client(transport=transport) as client:
+        threads = [threading.Thread(target=lambda: [client.get(URL) for _ in range(3)])
+                   for _ in range(10)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert sorted(sleeps.seconds) == [round(0.1 * n, 6) for n in range(1, 21)]
+
+
+async def test_it_paces_by_what_the_server_said() -> None:
+    sleeps = Sleeps()
+    headers = {"ratelimit-policy": '"search";q=2;w=1'}
+    server = answering(
+        httpx.Response(200, headers={**headers, "ratelimit": '"search";r=1;t=1'}),
+        httpx.Response(200, headers={**headers, "ratelimit": '"search";r=0;t=1'}),
+    )
+    transport = AsyncRateLimitTransport(httpx.MockTransport(server), sleep=sleeps,
+                                        clock=Sleeps(frozen=True).clock)  # fmt: skip
+    async with httpx.AsyncClient(transport=transport) as client:
+        for _ in range(4):
+            assert (await client.get(URL)).status_code == 200
+    assert sleeps.seconds == [1.0, 1.0]  # the 3rd and 4th wait for more quota
+    assert len(server.sent) == 4  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason", "seconds"),
+    [
+        ({"retry-after": "7"}, "retry-after", 7.0),
+        ({"ratelimit": '"a";r=3;t=1, "b";r=0;t=4'}, "ratelimit", 4.0),
+        ({"retry-after": email.utils.formatdate(1_000_000_000 + 30, usegmt=True)},
+         "retry-after", 30.0),
+    ],
+)  # fmt: skip
+async def test_a_refusal_is_retried_after_what_the_server_said(
+    headers: dict[str, str], reason: str, seconds: float
+) -> None:
+    waits: list[Wait] = []
+    sleeps = Sleeps()
+    server = answering(httpx.Response(429, headers=headers), httpx.Response(200))
+    transport = AsyncRateLimitTransport(
+        httpx.MockTransport(server), jitter=0, on_wait=waits.append, sleep=sleeps,
+        clock=sleeps.clock, wall_clock=lambda: 1_000_000_000.0,
+    )  # fmt: skip
+    async with httpx.AsyncClient(transport=transport) as client:
+        assert (await client.get(URL)).status_code == 200
+    assert [(w.reason, w.seconds, w.attempt) for w in waits] == [(reason, seconds, 1)]
+
+
+async def test_jitter_spreads_a_server_given_wait_over_a_share_of_it() -> None:
+    waits: list[Wait] = []
+    server = answering(httpx.Response(429, headers={"retry-after": "10"}), httpx.Response(200))
+    for seed in range(50):
+        transport = AsyncRateLimitTransport(httpx.MockTransport(server), jitter=0.5, seed=seed,
+                                            on_wait=waits.append, sleep=Sleeps())  # fmt: skip
+        async with httpx.AsyncClient(transport=transport) as client:
+            await client.get(URL)
+    seconds = [w.seconds for w in waits if w.reason == "retry-after"]
+    assert all(10 <= s <= 15 for s in seconds)
+    assert len(set(seconds)) == len(seconds)  # no two clients return together
+
+
+async def test_without_a_signal_it_backs_off_exponentially_with_full_jitter() -> None:
+    waits: list[Wait] = []
+    server = answering(httpx.Response(503))
+    transport = AsyncRateLimitTransport(
+        httpx.MockTransport(server), max_attempts=6, base=1, cap=8, max_wait=1000,
+        on_wait=waits.append, sleep=Sleeps(), seed=3,
+    )  # fmt: skip
+    async with httpx.AsyncClient(transport=transport) as client:
+        response = await client.get(URL)
+    assert response.status_code == 503  # the last answer, never an exception
+    assert len(server.sent) == 6  # type: ignore[attr-defined]
+    assert [w.reason for w in waits] == ["backoff"] * 5
+    for wait, ceiling in zip(waits, [1, 2, 4, 8, 8], strict=True):
+        assert 0 <= wait.seconds <= ceiling
+
+
+async def test_max_wait_returns_the_refusal_rather_than_wait_longer() -> None:
+    server = answering(httpx.Response(429, headers={"retry-after": "120"}))
+    transport = AsyncRateLimitTransport(httpx.MockTransport(server), max_wait=60, sleep=Sleeps())
+    async with httpx.AsyncClient(transport=transport) as client:
+        assert (await client.get(URL)).status_code == 429
+    assert len(server.sent) == 1  # type: ignore[attr-defined]
+
+
+async def test_what_is_never_retried() -> None:
+    server = answering(httpx.Response(429, headers={"retry-after": "1"}))
+    transport = AsyncRateLimitTransport(httpx.MockTransport(server), sleep=Sleeps())
+
+    async def stream():  # type: ignore[no-untyped-def]
+        yield b"part"
+
+    async with httpx.AsyncClient(transport=transport) as client:
+        await client.post(URL, content=b"x")  # not idempotent
+        await client.put(URL, content=stream(), headers={"idempotency-key": "k"})  # a stream
+        await client.patch(URL, json={})
+    assert len(server.sent) == 3  # type: ignore[attr-defined]
+    widened = AsyncRateLimitTransport(httpx.MockTransport(server), sleep=Sleeps(),
+                                      retry_methods=["GET", "POST"], max_attempts=2)  # fmt: skip
+    async with httpx.AsyncClient(transport=widened) as client:
+        await client.post(URL, content=b"x")
+    assert len(server.sent) == 5  # type: ignore[attr-defined]
+
+
+def test_the_header_readers() -> None:
+    now = 1_000_000_000.0
+    assert retry_after("0", now) == 0.0
+    assert retry_after(email.utils.formatdate(now - 5, usegmt=True), now) == 0.0
+    assert retry_after("soon", now) is None
+    assert retry_after(None, now) is None
+    assert items('"a, b";r=0;t=4;pk=:AbC=:, x;q=5;w=60, ???') == [
+        ("a, b", {"r": 0, "t": 4, "pk": ":AbC=:"}),
+        ("x", {"q": 5, "w": 60}),
+    ]
+    assert items("") == []
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_attempts=0"):
+        AsyncRateLimitTransport(max_attempts=0)
+    with pytest.raises(ValueError, match="jitter=-1"):
+        RateLimitTransport(jitter=-1)

@@ -1,0 +1,255 @@
+"""Rules in a TOML file: the same rules as code, errors that name the file and line,
+`reload_rules()` swapping the set whole, and the poll of ``reload_rules_every``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from asgi_ratelimit import ConfigurationError, Limit, MemoryBackend, RateLimiter, Rule
+from tests.conftest import FakeClock
+
+from .conftest import client, make_app
+
+ALIGNED = 1_800_000_000.0
+
+FULL = """\
+default_limits = "100/hour"
+default_tier = "free"
+allow = ["10.9.9.9/32"]
+deny = ["203.0.113.66"]
+
+[[rules]]
+path = "/auth/login"
+methods = ["POST"]
+limits = { rate = "3/minute", algorithm = "fixed_window" }
+key = "ip"
+name = "login"
+
+[[rules]]
+path = "/search"
+limits = [{ rate = "2/second", algorithm = "token_bucket", burst = 4 }, "1000/day"]
+cost = 2
+
+[[rules]]
+path = "/api/{path:path}"
+limits = { free = "5/minute", premium = "50/minute", internal = [] }
+mode = "shadow"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "ratelimit.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_file_builds_the_rules_code_would(tmp_path: Path) -> None:
+    limiter = RateLimiter(rules_file=write(tmp_path, FULL))
+    login, search, api = limiter.rules
+    assert (login.name, login.key, login.methods) == ("login", "ip", frozenset({"POST"}))
+    assert login.tiers[None][0][1] == Limit("3/minute", algorithm="fixed_window")
+    assert [limit for _, limit in search.tiers[None]] == [
+        Limit("2/second", algorithm="token_bucket", burst=4),
+        Limit("1000/day"),
+    ]
+    assert search.static_cost == 2
+    assert api.mode == "shadow"
+    assert api.tiers["internal"] == ()
+    assert limiter.default_rule is not None
+    assert limiter.describe_rules("GET", "/other") == ["default: 100/hour"]
+    assert limiter.policy.deny.has_identity("x") is False
+
+
+async def test_the_files_rules_limit_requests(tmp_path: Path) -> None:
+    limiter = RateLimiter(
+        backend=MemoryBackend(clock=FakeClock(ALIGNED)), rules_file=write(tmp_path, FULL)
+    )
+    async with client(make_app(limiter)) as http:
+        codes = [(await http.post("/auth/login")).status_code for _ in range(4)]
+        assert codes == [200, 200, 200, 429]
+        assert (await http.get("/search")).headers["ratelimit-policy"] == (
+            '"/search 2/second";q=2;w=1, "/search 1000/day";q=1000;w=86400'
+        )
+        shadowed = [(await http.get("/api/x")).status_code for _ in range(7)]
+        assert shadowed == [200] * 7  # mode = "shadow" in the file
+    async with client(make_app(limiter), peer="203.0.113.66") as http:
+        assert (await http.get("/")).status_code == 403  # deny list
+
+
+def test_code_rules_come_first_and_the_lists_join(tmp_path: Path) -> None:
+    limiter = RateLimiter(
+        rules=[Rule("/first", limits="1/second")],
+        deny=["198.51.100.1"],
+        rules_file=write(tmp_path, FULL),
+    )
+    assert [rule.name for rule in limiter.rules] == [
+        "/first",
+        "login",
+        "/search",
+        "/api/{path:path}",
+    ]
+    assert limiter.policy.deny.has_address(__import__("ipaddress").ip_address("198.51.100.1"))
+    assert limiter.policy.deny.has_address(__import__("ipaddress").ip_address("203.0.113.66"))
+    with pytest.raises(ConfigurationError, match="default_limits is set in the file and in code"):
+        RateLimiter(default_limits="1/second", rules_file=write(tmp_path, FULL))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[rules]]\npath = "/a"\nlimits = "5/minit"\n',
+         r"ratelimit.toml:3: rule '/a': limit '5/minit': unknown period 'minit'"),
+        ('[[rules]]\npath = "/a"\nlimits = "5/minute"\n\n[[rules]]\npath = "/b"\nlimit = "1/s"\n',
+         r"ratelimit.toml:7: rule #2: unknown key 'limit' \(use path, methods, limits"),
+        ('[[rules]]\npath = "/a"\nmethods = ["GET!"]\nlimits = "5/minute"\n',
+         r"ratelimit.toml:3: .*'GET!'"),
+        ('[[rules]]\npath = "/a"\nlimits = { rate = "1/s", algorithm = "bucket" }\n',
+         r"ratelimit.toml:3: .*algorithm 'bucket'"),
+        ('[[rules]]\nlimits = "5/minute"\n', r"ratelimit.toml:1: rule #1 has no path"),
+        ('[[rules]]\npath = "/a"\nlimits = "5/minute"\ncost = "2"\n',
+         r"ratelimit.toml:4: rule #1: cost '2' must be a number in a file"),
+        ('[[rules]]\npath = "/a"\nlimits = "5/minute"\nmode = "loud"\n',
+         r"ratelimit.toml:4: rule '/a': mode='loud': unknown mode"),
+        ('rule = []\n', r"ratelimit.toml:1: unknown setting 'rule' \(use rules, default_limits"),
+        ('deny = [""]\n', r"ratelimit.toml:1: .*deny"),
+        ('[[rules]\npath = "/a"\n', r"ratelimit.toml: not valid TOML"),
+    ],
+)  # fmt: skip
+def test_a_broken_file_names_the_file_the_line_and_the_fix(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        RateLimiter(rules_file=write(tmp_path, text), validate=False)
+
+
+def test_a_missing_file_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"rules file '.*nowhere.toml': cannot be read"):
+        RateLimiter(rules_file=tmp_path / "nowhere.toml")
+
+
+async def test_reload_swaps_the_rules_and_unchanged_budgets_keep_counting(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write(tmp_path, FULL)
+    limiter = RateLimiter(backend=MemoryBackend(clock=FakeClock(ALIGNED)), rules_file=path)
+    app = make_app(limiter)
+    async with client(app) as http:
+        assert [(await http.post("/auth/login")).status_code for _ in range(2)] == [200, 200]
+        # /search gets a new limit; the login rule is the same: its two requests still count.
+        path.write_text(FULL.replace('"1000/day"', '"2/day"'))
+        limiter.reload_rules()
+        assert [(await http.post("/auth/login")).status_code for _ in range(2)] == [200, 429]
+        assert [(await http.get("/search")).status_code for _ in range(2)] == [200, 429]
+        # A broken file: the old rules stay, one ERROR, and the caller hears of it.
+        path.write_text(FULL.replace('"3/minute"', '"3/minit"'))
+        with (
+            caplog.at_level(logging.ERROR, logger="asgi_ratelimit"),
+            pytest.raises(ConfigurationError, match="unknown period 'minit'"),
+        ):
+            limiter.reload_rules()
+        assert [r.getMessage()[:45] for r in ours(caplog)] == [
+            "rules not reloaded, the old rules stay in for"
+        ]
+        assert (await http.get("/search")).status_code == 429  # still the reloaded rules
+
+
+async def test_a_request_in_flight_finishes_on_the_rules_it_started_with(tmp_path: Path) -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from asgi_ratelimit import RateLimitMiddleware
+
+    path = write(tmp_path, '[[rules]]\npath = "/slow"\nlimits = "5/minute"\nname = "old"\n')
+    limiter = RateLimiter(backend=MemoryBackend(clock=FakeClock(ALIGNED)), rules_file=path)
+
+    async def slow(request: Request) -> PlainTextResponse:
+        path.write_text('[[rules]]\npath = "/slow"\nlimits = "7/minute"\nname = "new"\n')
+        limiter.reload_rules()  # while this request is inside the app
+        return PlainTextResponse(request.state.rate_limit.policy)
+
+    app = Starlette(routes=[Route("/slow", slow)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    async with client(app) as http:
+        first = await http.get("/slow")
+        second = await http.get("/slow")
+    assert (first.text, first.headers["ratelimit-policy"]) == ("old", '"old";q=5;w=60')
+    assert second.headers["ratelimit-policy"] == '"new";q=7;w=60'
+
+
+async def test_the_poll_reloads_a_changed_file_and_logs_a_broken_one_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write(tmp_path, '[[rules]]\npath = "/a"\nlimits = "5/minute"\n')
+    limiter = RateLimiter(rules_file=path, reload_rules_every=0.01)
+    limiter.start()
+    try:
+        path.write_text('[[rules]]\npath = "/b"\nlimits = "5/minute"\n')
+        os.utime(path, ns=(1, 1))  # a new stamp even within the file system's time resolution
+        await _until(lambda: [rule.path for rule in limiter.rules] == ["/b"])
+        with caplog.at_level(logging.ERROR, logger="asgi_ratelimit"):
+            path.write_text('[[rules]]\npath = "/c"\nlimits = "5/minit"\n')
+            await _until(lambda: len(ours(caplog)) >= 1)
+            await asyncio.sleep(0.1)  # ten more polls of the same broken file
+        assert len(ours(caplog)) == 1
+        assert [rule.path for rule in limiter.rules] == ["/b"]
+    finally:
+        await limiter.stop()
+    assert limiter._poller is None
+
+
+def test_polling_needs_a_file_and_a_positive_interval(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="no rules file to poll"):
+        RateLimiter(reload_rules_every=5)
+    with pytest.raises(ConfigurationError, match=r"reload_rules_every=0: give the seconds"):
+        RateLimiter(rules_file=write(tmp_path, ""), reload_rules_every=0)
+
+
+def ours(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The package's errors (a good reload logs at INFO, and httpx logs each request at INFO)."""
+    return [
+        record
+        for record in caplog.records
+        if record.name == "asgi_ratelimit" and record.levelno >= logging.ERROR
+    ]
+
+
+async def _until(condition: object, limit: float = 10.0) -> None:
+    """Wait for ``condition()`` (the poll runs on this loop), failing after ``limit`` s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not condition():  # type: ignore[operator]
+        assert loop.time() < deadline, "the poll never saw the change"
+        await asyncio.sleep(0.01)
+
+
+async def test_the_middleware_starts_the_poll_at_start_up_and_stops_it_at_shutdown(
+    tmp_path: Path,
+) -> None:
+    limiter = RateLimiter(
+        rules_file=write(tmp_path, '[[rules]]\npath = "/a"\nlimits = "5/minute"\n'),
+        reload_rules_every=60,
+    )
+    app = make_app(limiter)
+    incoming: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+    sent: list[str] = []
+
+    async def send(message: dict[str, str]) -> None:
+        sent.append(message["type"])
+
+    running = asyncio.ensure_future(
+        app({"type": "lifespan", "asgi": {"version": "3.0"}}, incoming.get, send)
+    )
+    await incoming.put({"type": "lifespan.startup"})
+    await _until(lambda: sent == ["lifespan.startup.complete"])
+    assert limiter._poller is not None and not limiter._poller.done()
+    await incoming.put({"type": "lifespan.shutdown"})
+    await running
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert limiter._poller is None
