@@ -28,6 +28,7 @@ __all__ = [
     "Policy",
     "PolicyStatus",
     "decide_from",
+    "refund",
 ]
 
 FailurePolicy = Literal["allow", "deny", "fallback"]
@@ -36,20 +37,17 @@ FailurePolicy = Literal["allow", "deny", "fallback"]
 Mode = Literal["enforce", "shadow", "off"]
 
 
-class Charge(NamedTuple):
-    """What a request has consumed so far: given back when a later door refuses it.
+#: What a request has consumed so far, given back when a later door refuses it: one backend
+#: call's ``(backend, checks, at)`` and the charge of the doors before (a chain), or None.
+#: A plain tuple: one is built per admitted request, and a NamedTuple costs about a thousand
+#: instructions more to build and free.
+Charge = tuple[Backend, Sequence[Check], Any, "Charge | None"]
 
-    One backend call's checks and instant, and the charge of the doors before (a chain).
-    """
 
-    backend: Backend
-    checks: Sequence[Check]
-    at: Any
-    earlier: Charge | None = None
-
-    def refund(self) -> Awaitable[None] | None:
-        """Give back this call's costs (not the earlier ones': walk ``earlier`` for those)."""
-        return self.backend.refund(self.checks, self.at)
+def refund(charge: Charge) -> Awaitable[None] | None:
+    """Give back one call's costs (not the earlier doors': walk ``charge[3]`` for those)."""
+    backend, checks, at, _ = charge
+    return backend.refund(checks, at)
 
 
 class Policy(NamedTuple):
@@ -203,6 +201,13 @@ class Decision:
 
 HeaderStyle = Literal["both", "legacy", "ietf", "none"]
 
+# `PolicyStatus(...)` and `Decision(...)` as `_new` then `__init__`: calling the class goes
+# through C (type.__call__, then __init__ in a frame of its own), calling the Python
+# `__init__` directly does not; the usual request builds one of each.
+_new = object.__new__
+_init_status = PolicyStatus.__init__
+_init_decision = Decision.__init__
+
 
 def decide_from(
     policies: Sequence[Policy],
@@ -222,12 +227,16 @@ def decide_from(
             name = policies[0].name
             reset = outcome.reset_us / 1_000_000
             delay = outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0
-            status = PolicyStatus(
-                name, limit, True, remaining, reset, 0.0, outcome.next_us / 1_000_000, delay
+            status = _new(PolicyStatus)
+            _init_status(
+                status, name, limit, True, remaining, reset, 0.0, outcome.next_us / 1_000_000, delay
             )
-            return Decision(
-                True, limit.burst, remaining, reset, 0.0, delay, name, identity, (status,), charge
-            )
+            decision = _new(Decision)
+            _init_decision(
+                decision,
+                True, limit.burst, remaining, reset, 0.0, delay, name, identity, (status,), charge,
+            )  # fmt: skip
+            return decision
         status = _status(policies[0].name, limit, outcome)
         decision = Decision(
             status.allowed,

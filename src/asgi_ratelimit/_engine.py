@@ -5,7 +5,7 @@ direct calls. It knows nothing of HTTP.
 
     engine = Engine(MemoryBackend(), on_backend_error="allow")
     decision = engine.decide(checks, policies, identity)   # a Decision, or an awaitable
-    decision.charge.refund()                          # give back what it consumed
+    refund(decision.charge)                           # give back what it consumed
 
 `Engine.decide` answers at once when the backend does (memory) and with an awaitable when it
 cannot (Redis): one path, which costs no coroutine when none is needed. When the backend
@@ -26,7 +26,6 @@ from typing import get_args
 from ._decision import Charge, Decision, FailurePolicy, Mode, Policy, PolicyStatus, decide_from
 from ._errors import BackendError, ConfigurationError
 from ._identity import Identity
-from ._named import new_named
 from .backends._memory import MemoryBackend
 from .backends._protocol import Backend, Check, Result
 
@@ -103,14 +102,10 @@ class Engine:
             result = self.backend.decide(checks, consume)
         except Exception as exc:  # a broken backend must never take the app down
             return self._in_outage(checks, policies, identity, consume, exc)
-        if isinstance(result, Result):
+        if result.__class__ is Result or isinstance(result, Result):  # the class test: memory
             outcomes, at = result
             # What it consumed, for a refund if a later door refuses: nothing when refused.
-            charge = (
-                new_named(Charge, (self.backend, checks, at, None))
-                if consume and outcomes[0].allowed
-                else None
-            )
+            charge = (self.backend, checks, at, None) if consume and outcomes[0].allowed else None
             return decide_from(policies, checks, outcomes, identity, charge)
         return self._awaiting(result, checks, policies, identity, consume)
 
@@ -126,7 +121,7 @@ class Engine:
             result = await pending
         except Exception as exc:
             return self._in_outage(checks, policies, identity, consume, exc)
-        charge = _charge(self.backend, checks, result.at) if consume else None
+        charge = (self.backend, checks, result.at, None) if consume else None
         return decide_from(policies, checks, result.outcomes, identity, charge)
 
     def _in_outage(
@@ -158,7 +153,7 @@ class Engine:
             self.fallback = MemoryBackend()
         local = tuple([check for check, _ in fallback])
         result = self.fallback.decide(local, consume)
-        charge = _charge(self.fallback, local, result.at) if consume else None
+        charge = (self.fallback, local, result.at, None) if consume else None
         named = [policy for _, policy in fallback]
         decision = decide_from(named, local, result.outcomes, identity, charge)
         decision.outage = "fallback"
@@ -249,11 +244,6 @@ class Engine:
 
     def __repr__(self) -> str:
         return f"Engine({self.backend!r}, on_backend_error={self.on_backend_error!r})"
-
-
-def _charge(backend: Backend, checks: Sequence[Check], at: object) -> Charge:
-    # Charge(backend, checks, at) without NamedTuple's keyword handling: once per request.
-    return new_named(Charge, (backend, checks, at, None))
 
 
 def _with_shadows(decision: Decision, shadows: set[str], charge: Charge | None) -> Decision:

@@ -11,12 +11,11 @@ that fails in the limiter is logged once and the request goes on.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._decision import Decision
 from ._errors import ConfigurationError
-from ._headers import RawHeader
 from ._limiter import RateLimiter
 from ._log_once import LogOnce
 from .backends._memory import MemoryBackend
@@ -95,6 +94,8 @@ class RateLimitMiddleware:
         self._sleep = sleep or _default_sleep()
         self._responses = Responses(limiter.renderer)
         self._adds_headers = limiter.header_style != "none"
+        #: the limiter's renderer (one per limiter, never replaced), bound once
+        self._render = limiter.renderer.render
         self._log = LogOnce()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -110,7 +111,12 @@ class RateLimitMiddleware:
             except Exception as exc:
                 self._failed(exc)
                 answer = None
-            if answer is None or isinstance(answer, (Decision, Access)):
+            # A class test first: the usual answer, a Decision, costs no isinstance calls.
+            if (
+                answer.__class__ is Decision
+                or answer is None
+                or isinstance(answer, (Decision, Access))
+            ):
                 checked = answer
             else:  # a coroutine only when one is needed
                 checked = await self._settled(answer)
@@ -127,7 +133,7 @@ class RateLimitMiddleware:
                 if checked.delay > 0:
                     await self._sleep(checked.delay)  # leaky bucket: shape, do not refuse
                 if checked.policies and self._adds_headers:
-                    send = adding_headers(send, self.limiter.renderer.render(checked))
+                    send = adding_headers(send, self._render(checked))
                 await self.app(scope, receive, send)
             elif isinstance(checked, Access) and checked.verdict == "blocked":
                 await send_response(send, *forbidden())
@@ -200,18 +206,13 @@ class RateLimitMiddleware:
                     await send(message)
 
                 try:
-                    await custom(
-                        scope, receive, adding_headers(tracking, self._headers_of(decision))
-                    )
+                    await custom(scope, receive, adding_headers(tracking, self._render(decision)))
                     return
                 except Exception as exc:
                     self._log.error("on_limited-app", "on_limited response failed (%r)", exc)
                     if started:
                         return  # too late for another response; the server closes the connection
         await send_response(send, *self._responses.refusal(decision))
-
-    def _headers_of(self, decision: Decision) -> Sequence[RawHeader]:
-        return self.limiter.renderer.render(decision)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         answer = self._answer(scope)
@@ -232,7 +233,7 @@ class RateLimitMiddleware:
             if checked.delay > 0:
                 await self._sleep(checked.delay)
             if checked.policies and self._adds_headers:
-                send = adding_headers(send, self._headers_of(checked), "websocket.accept")
+                send = adding_headers(send, self._render(checked), "websocket.accept")
         await self.app(scope, receive, send)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgi_ratelimit import Decision, Limit, MemoryBackend, RateLimiter, Rule
+from asgi_ratelimit import Decision, Limit, MemoryBackend, RateLimiter, RateLimitMiddleware, Rule
 from asgi_ratelimit._headers import HeaderRenderer
 from asgi_ratelimit.http import _ruleset
 from asgi_ratelimit.http._responses import _BODY_CACHE, Responses
@@ -69,8 +69,8 @@ def test_refusal_bodies_are_cached_per_limiter_and_bounded() -> None:
 
 
 def test_a_kept_refusal_is_served_only_while_its_numbers_hold() -> None:
-    # A limiter keeps each one-policy refusal; every answer must equal a fresh one, and its
-    # headers list must be its own (a server or on_limited may change it).
+    # A limiter keeps each one-policy refusal; every answer must equal a fresh one, and the
+    # kept headers must be read only (each response sent gets a list of its own).
     clock = FakeClock(ALIGNED)
     limiter = RateLimiter(
         backend=MemoryBackend(clock=clock), rules=[Rule("/", limits="2/minute", name="m")]
@@ -83,10 +83,46 @@ def test_a_kept_refusal_is_served_only_while_its_numbers_hold() -> None:
         assert isinstance(decision, Decision)
         if not decision.allowed:
             denial = responses.refusal(decision)
-            assert denial == Responses(HeaderRenderer("both")).refusal(decision)
-            denial.headers.clear()
+            fresh = Responses(HeaderRenderer("both")).refusal(decision)
+            assert denial.status == fresh.status and denial.body == fresh.body
+            assert tuple(denial.headers) == tuple(fresh.headers)
+            assert isinstance(denial.headers, tuple)
             retry_afters.append(dict(responses.refusal(decision).headers)[b"retry-after"])
     # 2 admitted at 0 s; more quota 1 us after the window turns at 60 s, rounded up. The
     # refusals at 0.2 s and 0.7 s share their numbers: the second is the kept one.
     assert retry_afters[:5] == [b"61", b"60", b"60", b"59", b"29"]
     assert len(responses._kept) == 4
+
+
+async def test_a_middleware_outside_that_adds_headers_in_place_changes_only_its_response() -> None:
+    # The kept 429 is shared; the list each response start carries is not (Starlette's
+    # MutableHeaders, CORSMiddleware and others append to it in place).
+    limiter = RateLimiter(rules=[Rule("/", limits="1/minute")])
+    inner = RateLimitMiddleware(_ok, limiter=limiter)
+    sent: list[list[tuple[bytes, bytes]]] = []
+
+    async def outer(scope: Any, receive: Any, send: Any) -> None:
+        async def appending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"].append((b"x-outer", b"1"))
+                sent.append(message["headers"])
+            await send(message)
+
+        await inner(scope, receive, appending)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        pass
+
+    for _ in range(3):
+        await outer(scope_of("/"), receive, send)
+    # One 200, then two 429s that share their numbers: each carries x-outer exactly once.
+    assert [[name for name, _ in headers].count(b"x-outer") for headers in sent] == [1, 1, 1]
+    assert sent[1] == sent[2] and sent[1] is not sent[2]
+
+
+async def _ok(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})

@@ -69,6 +69,9 @@ class MemoryBackend:
         # budget -> limit id -> table id: the one-check path looks its table id up instead of
         # building (and hashing) a new string per request. Bounded: budgets hold paths.
         self._table_ids: dict[str, dict[str, str]] = {}
+        # The last (budget, limit, table id) it looked up: most requests meet the same rule's
+        # objects as the one before, and two identity tests replace both lookups.
+        self._last_table: tuple[object, object, str] = (None, None, "")
 
     @property
     def max_keys(self) -> int:
@@ -99,10 +102,11 @@ class MemoryBackend:
             # One check (the usual request): no pending map, no second pass.
             key, limit, cost, budget = checks[0]
             if budget:
-                ids = self._table_ids.get(budget)
-                table_id = None if ids is None else ids.get(limit.id)
-                if table_id is None:
-                    table_id = self._new_table_id(limit, budget)
+                memo = self._last_table
+                if memo[0] is budget and memo[1] is limit:  # the same rule as last time
+                    table_id = memo[2]
+                else:
+                    table_id = self._table_id_of(limit, budget)
             else:
                 table_id = limit.id
             algorithm = limit.algorithm
@@ -129,13 +133,16 @@ class MemoryBackend:
                             self._insert(table_id, key, packed, now)
             return new_named(Result, ([outcome], now))
 
-    def _new_table_id(self, limit: Limit, budget: str) -> str:
+    def _table_id_of(self, limit: Limit, budget: str) -> str:
         ids = self._table_ids.get(budget)
-        if ids is None:
-            if len(self._table_ids) >= _TABLE_IDS_CACHED:
-                self._table_ids.clear()
-            ids = self._table_ids[budget] = {}
-        table_id = ids[limit.id] = _table_id(limit, budget)
+        table_id = None if ids is None else ids.get(limit.id)
+        if table_id is None:
+            if ids is None:
+                if len(self._table_ids) >= _TABLE_IDS_CACHED:
+                    self._table_ids.clear()
+                ids = self._table_ids[budget] = {}
+            table_id = ids[limit.id] = _table_id(limit, budget)
+        self._last_table = (budget, limit, table_id)
         return table_id
 
     def _decide_many(self, checks: Sequence[Check], now: int, consume: bool) -> list[Outcome]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
-from .._decision import Decision
+from .._decision import Decision, refund
 from .._log_once import LogOnce
 
 __all__ = ["decided", "refund_all", "remember"]
@@ -48,9 +48,9 @@ async def refund_all(scope: Scope) -> None:
     charge, decision.charge = decision.charge, None
     while charge is not None:
         try:
-            pending = charge.refund()
+            pending = refund(charge)
             if pending is not None:
                 await pending
         except Exception as exc:  # a refund is owed, not vital: never fail the request on it
             _log.error(f"refund:{type(exc).__name__}", "refunding a request failed (%r)", exc)
-        charge = charge.earlier
+        charge = charge[3]  # the doors before

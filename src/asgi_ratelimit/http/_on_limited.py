@@ -92,7 +92,7 @@ def adding_headers(
     # body chunk too) costs no coroutine of ours. ASGI callers only ever await it.
     def send_with_headers(message: Message) -> Awaitable[None]:
         if message["type"] == start:
-            headers = list(message.get("headers") or ())  # any iterable: a generator too
+            headers = [*(message.get("headers") or ())]  # any iterable: a generator too
             for name, _ in headers:
                 lowered = (
                     name if name.__class__ is bytes and name.islower() else bytes(name).lower()
@@ -101,7 +101,7 @@ def adding_headers(
                     headers = _merged(headers, extra, lowered)
                     break
             else:  # the usual case: the app set none of ours
-                headers.extend(extra)
+                headers += extra
             message = {**message, "headers": headers}
         return send(message)
 

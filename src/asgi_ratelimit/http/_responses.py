@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, NamedTuple
 
 from .._decision import Decision
 from .._headers import SF_INTEGER_MAX, HeaderRenderer, RawHeader, RawHeaders, whole_seconds
-from .._named import new_named
 
 __all__ = [
     "PROBLEM_JSON",
@@ -46,7 +45,7 @@ class Denial(NamedTuple):
     """A whole response: status, raw headers (ASGI's lower-case bytes), body."""
 
     status: int
-    headers: RawHeaders
+    headers: Sequence[RawHeader]
     body: bytes
 
 
@@ -78,12 +77,12 @@ class Responses:
         )
         kept = self._kept.get(key)
         if kept is None:
-            kept = self._denial(decision)
+            status, headers, body = self._denial(decision)
+            kept = Denial(status, tuple(headers), body)  # shared, so read only
             if len(self._kept) >= _BODY_CACHE:
                 self._kept.clear()  # bounded: start over rather than grow
             self._kept[key] = kept
-        status, headers, body = kept
-        return new_named(Denial, (status, list(headers), body))  # a list of its own
+        return kept  # shared: send_response gives each response a headers list of its own
 
     def _denial(self, decision: Decision) -> Denial:
         policies = decision.policies
@@ -141,7 +140,8 @@ def _content(body: bytes) -> RawHeaders:
     return [(b"content-type", PROBLEM_JSON), (b"content-length", b"%d" % len(body))]
 
 
-async def send_response(send: Send, status: int, headers: RawHeaders, body: bytes) -> None:
+async def send_response(send: Send, status: int, headers: Sequence[RawHeader], body: bytes) -> None:
     """Send a whole HTTP response through an ASGI ``send``."""
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    # A list of its own: a middleware further out may add headers to it in place.
+    await send({"type": "http.response.start", "status": status, "headers": list(headers)})
     await send({"type": "http.response.body", "body": body})

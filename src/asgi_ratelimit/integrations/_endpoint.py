@@ -141,7 +141,7 @@ class EndpointLimit:
         combined = Decision.of((*before, *own.policies), identity)
         if own.charge is not None:  # what this door took, then what the earlier ones took
             earlier_charge = earlier.charge if earlier is not None else None
-            combined.charge = own.charge._replace(earlier=earlier_charge)
+            combined.charge = (*own.charge[:3], earlier_charge)
         remember(scope, combined)
         state = scope["state"]
         state.setdefault(_ROUTE_POLICIES, []).extend(own.policies)
