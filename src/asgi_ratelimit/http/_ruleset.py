@@ -130,9 +130,13 @@ class RuleSet:
 
     def route(self, scope: Mapping[str, Any]) -> Route:
         """The method, counted path and matching rules of a request scope (memoized)."""
-        method = scope.get("method", "GET") if scope.get("type") == "http" else "GET"
-        path = scope.get("path")
-        root = scope.get("root_path")
+        try:  # the fields every HTTP scope has (subscripts cost less than .get calls)
+            method = scope["method"] if scope["type"] == "http" else "GET"
+            path = scope["path"]
+        except KeyError:  # a websocket handshake (no method), or a server's bad scope
+            method = scope.get("method", "GET") if scope.get("type") == "http" else "GET"
+            path = scope.get("path")
+        root = scope.get("root_path")  # optional in ASGI
         raw = scope.get("raw_path")
         key = (method, path, root, raw)
         try:
