@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from ._decision import HeaderStyle
+    from .http._own_keys import KeyFunction
     from .integrations._endpoint import CostLike, EndpointKey, EndpointLimit
     from .integrations._fastapi import RateLimitDependency
     from .integrations._starlette import Endpoint
@@ -379,7 +380,7 @@ class RateLimiter:
         limits: LimitsLike,
         *,
         cost: CostLike = 1,
-        key: EndpointKey = "identity",
+        key: EndpointKey | KeyFunction = "identity",
         name: str | None = None,
         on_backend_error: FailurePolicy | None = None,
         on_limited: OnLimited | None = None,
@@ -402,7 +403,7 @@ class RateLimiter:
         limits: LimitsLike,
         *,
         cost: CostLike = 1,
-        key: EndpointKey = "identity",
+        key: EndpointKey | KeyFunction = "identity",
         name: str | None = None,
         on_backend_error: FailurePolicy | None = None,
         on_limited: OnLimited | None = None,

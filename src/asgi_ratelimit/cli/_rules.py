@@ -41,7 +41,8 @@ def rules_table(loaded: RulesFile) -> Table:
         for tier, named in rule.tiers.items():
             limits = ", ".join(_limit_text(limit) for _, limit in named) or "unlimited"
             table.add_row(
-                rule.name, methods, rule.path, rule.key, tier or "any", limits, cost,
+                rule.name, methods, rule.path, rule.key if isinstance(rule.key, str) else "own",
+                tier or "any", limits, cost,
                 rule.mode or "limiter's",
             )  # fmt: skip
     if loaded.default_limits is not None:

@@ -22,12 +22,13 @@ from .._engine import Engine
 from .._identity import Identity
 from .._named import new_named
 from .._overrides import Override, Overrides
-from .._rates import Limit, LimitsLike
+from .._rates import LimitsLike
 from ..backends._protocol import Check
 from ._access import AccessList
 from ._identity import IdentityResolver
+from ._own_keys import own_key
 from ._rules import Rule, TieredLimits, validate_cost
-from ._ruleset import Plan, Route, RuleSet
+from ._ruleset import Plan, PlanEntry, Route, RuleSet
 from ._validation import Validation
 from .identity._base import IdentitySource, Scope
 
@@ -145,11 +146,12 @@ class RequestPolicy:
             if access is not None:
                 return access
         route = self.rules.route(scope)
-        if route.static_costs:  # every cost is a number: the usual request
+        if route.static:  # numbers for costs, built-in keys: the usual request
             checks, policies = self.checks(scope, identity, route)
             return self.engine.decide(checks, policies, identity, consume)
         costs = self._costs(scope, route.rules)
-        return self._decide_later(scope, identity, route, costs, consume)
+        keys = self._keys(scope, identity, route.rules)
+        return self._decide_later(scope, identity, route, costs, keys, consume)
 
     async def _decide_later(
         self,
@@ -157,6 +159,7 @@ class RequestPolicy:
         identity: Identity,
         route: Route,
         costs: list[float | Awaitable[float]],
+        keys: list[str | Awaitable[str | None] | None],
         consume: bool,
     ) -> Decision:
         checked = []
@@ -167,7 +170,8 @@ class RequestPolicy:
                 except Exception as exc:
                     cost = self._cost_failed(rule, exc)
             checked.append(self._valid_cost(rule, cost))
-        checks, policies = self.checks(scope, identity, route, checked)
+        own = [await key if inspect.isawaitable(key) else key for key in keys]
+        checks, policies = self.checks(scope, identity, route, checked, keys=own)
         decision = self.engine.decide(checks, policies, identity, consume)
         return await decision if inspect.isawaitable(decision) else decision
 
@@ -178,26 +182,33 @@ class RequestPolicy:
         route: Route,
         costs: Sequence[float] | None = None,
         plan: Plan | None = None,
+        keys: Sequence[str | None] | None = None,
     ) -> tuple[list[Check], Sequence[Policy]]:
         """The `Check` of every limit of every rule of ``route`` (at ``costs``, per rule),
         and their `Policy`, in the same order: the route's `Plan` for the identity's tier
-        (or ``plan``)."""
+        (or ``plan``). ``keys`` holds, per rule, the stored key a key of your own answered
+        (None: that rule does not apply)."""
         if plan is None:
             plans = route.plans
             plan = plans.get(identity.tier) or plans[None]
         checks: list[Check] = []
         ip_key = ""
+        subject: str | None
         for index, key, limit, cost, budget in plan.limits:
             if key == "identity" or key == "path":
                 subject = identity.key
             elif key == "ip":
                 ip_key = ip_key or self.identities.ip_key(scope)
                 subject = ip_key
-            else:  # "global"
+            elif key == "global":
                 subject = "*"
+            else:  # a key of your own, answered before (a route with one is never static)
+                subject = keys[index] if keys is not None else None
             if costs is not None:  # (a static cost is None only for a cost callable's rule)
                 cost = costs[index]
             checks.append(new_named(Check, (subject, limit, cost, budget)))
+        if keys is not None and None in keys:
+            return _applying(checks, plan.policies)
         return checks, plan.policies
 
     def _overrides_changed(self, present: bool) -> None:
@@ -214,15 +225,16 @@ class RequestPolicy:
         route: Route,
         costs: Sequence[float] | None = None,
         plan: Plan | None = None,
+        keys: Sequence[str | None] | None = None,
     ) -> tuple[list[Check], Sequence[Policy]]:
         """`checks`, with the limits of the identity's live overrides."""
         found = self.overrides.lookup(identity.key)
         if found is None:
-            return RequestPolicy.checks(self, scope, identity, route, costs, plan)
+            return RequestPolicy.checks(self, scope, identity, route, costs, plan, keys)
         if plan is None:
             plan = route.plans.get(identity.tier) or route.plans[None]
         return RequestPolicy.checks(
-            self, scope, identity, route, costs, _overridden(plan, route, found)
+            self, scope, identity, route, costs, _overridden(plan, route, found), keys
         )
 
     def usage_checks(
@@ -246,6 +258,17 @@ class RequestPolicy:
                 costs.append(self._cost_failed(rule, exc))
         return costs
 
+    def _keys(
+        self, scope: Scope, identity: Identity, rules: tuple[Rule, ...]
+    ) -> list[str | Awaitable[str | None] | None]:
+        """Per rule, the stored key its key of your own answers ("" for a built-in kind)."""
+        return [
+            own_key(rule.key, scope, identity.key, rule, self.identities.log)
+            if callable(rule.key)
+            else ""
+            for rule in rules
+        ]
+
     def _valid_cost(self, rule: Rule, cost: object) -> float:
         try:
             return validate_cost(cost, f"rule {rule.name!r}: cost callable returned: ")
@@ -260,10 +283,16 @@ class RequestPolicy:
         return 1
 
 
+def _applying(checks: list[Check], policies: Sequence[Policy]) -> tuple[list[Check], list[Policy]]:
+    """The checks and policies of the rules whose key of your own answered (not None)."""
+    kept = [i for i, check in enumerate(checks) if check.key is not None]
+    return [checks[i] for i in kept], [policies[i] for i in kept]
+
+
 def _overridden(plan: Plan, route: Route, found: dict[str, Override]) -> Plan:
     """``plan`` with the limits of every rule that ``found`` overrides (by the rule's name,
     or ``"*"`` for every rule) replaced."""
-    limits: list[tuple[int, str, Limit, float | None, str]] = []
+    limits: list[PlanEntry] = []
     policies: list[Policy] = []
     for entry, policy in zip(plan.limits, plan.policies, strict=True):
         index = entry[0]

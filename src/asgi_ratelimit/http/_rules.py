@@ -17,6 +17,7 @@ from .._decision import FailurePolicy, Mode, Policy
 from .._engine import validate_failure_policy, validate_mode
 from .._errors import ConfigurationError
 from .._rates import Limit, LimitsLike, parse_limits
+from ._own_keys import KeyFunction
 from .identity._base import Scope
 
 __all__ = ["CostLike", "Rule", "RuleKey", "TieredLimits", "validate_cost"]
@@ -52,7 +53,9 @@ class Rule:
 
     ``key`` picks whose budget counts: ``"identity"`` (default: per rule and identity, so
     ``/items/{id}`` is one budget whatever the id), ``"path"`` (per identity and concrete
-    path), ``"ip"`` (per client IP whatever the identity) or ``"global"`` (one for everyone).
+    path), ``"ip"`` (per client IP whatever the identity), ``"global"`` (one for everyone), or
+    a callable of your own, ``scope -> str | None`` (sync or async): per what it answers, and
+    None leaves the rule out of the request's decision.
     ``limits`` is a limit, a list, or a dict tier -> limits (``None`` for unlimited).
     ``mode`` (``"enforce"``, ``"shadow"`` or ``"off"``) wins over the limiter's mode.
     A glob ``*`` matches any characters, ``/`` included; a trailing ``/*`` or ``/{p:path}``
@@ -78,7 +81,8 @@ class Rule:
     path: str
     methods: frozenset[str] | None
     name: str
-    key: RuleKey
+    #: a kind of key, or a callable of your own (`KeyFunction`)
+    key: RuleKey | KeyFunction
     cost: CostLike
     #: the cost when it is a number (no callable to await per request), else None
     static_cost: float | None
@@ -100,7 +104,7 @@ class Rule:
         *,
         limits: LimitsLike | TieredLimits,
         name: str | None = None,
-        key: RuleKey = "identity",
+        key: RuleKey | KeyFunction = "identity",
         cost: CostLike = 1,
         stop: bool = False,
         on_backend_error: FailurePolicy | None = None,
@@ -110,10 +114,10 @@ class Rule:
         self._pattern = _compile_path(path)
         self.methods = _parse_methods(path, methods)
         self.name = _rule_name(path, self.methods, name)
-        if key not in RULE_KEYS:
+        if not callable(key) and key not in RULE_KEYS:
             raise ConfigurationError(
-                f"rule {self.name!r}: key={key!r} is unknown (use 'identity', 'ip', 'global' "
-                "or 'path')"
+                f"rule {self.name!r}: key={key!r} is unknown (use 'identity', 'ip', 'global', "
+                "'path' or a callable scope -> str | None of your own)"
             )
         self.key = key
         self.static_cost = None if callable(cost) else validate_cost(cost, f"rule {self.name!r}: ")

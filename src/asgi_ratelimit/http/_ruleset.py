@@ -18,15 +18,20 @@ from typing import Any, NamedTuple
 from .._decision import Policy
 from .._errors import ConfigurationError
 from .._rates import Limit, LimitsLike
+from ._own_keys import KeyFunction
 from ._paths import normalize_path, route_paths
 from ._rules import Rule, TieredLimits
 
-__all__ = ["Plan", "Route", "RuleSet"]
+__all__ = ["Plan", "PlanEntry", "Route", "RuleSet"]
 
 #: Distinct request shapes whose route is remembered, and the longest path remembered: at
 #: most a few hundred kilobytes whatever the clients send.
 _CACHE_SIZE = 1024
 _MAX_CACHED_PATH = 256
+
+
+#: ``(rule index, key, limit, cost, budget)``: one limit of a `Plan`
+PlanEntry = tuple[int, "str | KeyFunction", Limit, "float | None", str]
 
 
 class Plan(NamedTuple):
@@ -37,7 +42,7 @@ class Plan(NamedTuple):
     the `Policy` of each.
     """
 
-    limits: tuple[tuple[int, str, Limit, float | None, str], ...]
+    limits: tuple[PlanEntry, ...]
     policies: tuple[Policy, ...]
 
 
@@ -47,8 +52,8 @@ class Route(NamedTuple):
     method: str
     path: str
     rules: tuple[Rule, ...]
-    #: whether every rule's cost is a number (no cost callable to call per request)
-    static_costs: bool
+    #: nothing to call per request: every rule's cost is a number and its key a built-in kind
+    static: bool
     #: tier -> its `Plan`; the tier None is every tier no rule of the route names
     plans: dict[str | None, Plan]
 
@@ -119,9 +124,11 @@ class RuleSet:
         self._routes = {}  # routes found before may have matched it
 
     def usage_route(self) -> Route:
-        """Every rule whose budget does not depend on the request's path (all but
-        ``key="path"`` rules), as one route: what a ``/rate_limit`` page reports."""
-        rules = tuple(rule for rule in self.all_rules if rule.key != "path")
+        """Every rule whose budget does not depend on the request (all but ``key="path"``
+        rules and keys of your own), as one route: what a ``/rate_limit`` page reports."""
+        rules = tuple(
+            rule for rule in self.all_rules if rule.key != "path" and not callable(rule.key)
+        )
         return Route("GET", "", rules, False, self._plans(rules, ""))
 
     def route_of_policy(self, name: str | None) -> str | None:
@@ -150,7 +157,7 @@ class RuleSet:
         # A websocket handshake is a GET; HEAD shares GET's budget (Rule.matches).
         paths = route_paths(scope)
         rules = self._match(method, paths)
-        static = all(rule.static_cost is not None for rule in rules)
+        static = all(rule.static_cost is not None and not callable(rule.key) for rule in rules)
         found = Route(method, paths[0], rules, static, self._plans(rules, paths[0]))
         if isinstance(path, str) and len(path) <= _MAX_CACHED_PATH:
             if len(self._routes) >= _CACHE_SIZE:
@@ -166,7 +173,7 @@ class RuleSet:
         tiers = {tier for rule in rules for tier in rule.tiers if tier is not None}
         plans: dict[str | None, Plan] = {}
         for tier in (None, *sorted(tiers)):
-            limits: list[tuple[int, str, Limit, float | None, str]] = []
+            limits: list[PlanEntry] = []
             policies: list[Policy] = []
             for index, rule in enumerate(rules):
                 own = rule.tier_of(tier, self.default_tier)

@@ -32,6 +32,7 @@ from .._rates import LimitsLike, parse_limits
 from ..backends._protocol import Check
 from ..http._ledger import decided, refund_all, remember
 from ..http._on_limited import OnLimited, custom_response, validate_on_limited
+from ..http._own_keys import KeyFunction, own_key
 from ..http._policy import Access
 from ..http._responses import PROBLEM_JSON, Denial, Responses, forbidden
 from ..http._rules import validate_cost
@@ -61,7 +62,9 @@ class EndpointLimit:
     The budget is per (route, identity): the same spec on two routes counts them apart. A
     ``name`` names the policy in the headers and shares one budget between every route that
     uses it. ``key="ip"`` counts per client IP whatever the identity; ``key="global"`` counts
-    everyone together. ``on_limited`` (else the limiter's) answers refusals.
+    everyone together; ``key=callable(request) -> str | None`` (sync or async, it may read the
+    body) counts per what it answers, None leaving the limit out. ``on_limited`` (else the
+    limiter's) answers refusals.
     """
 
     def __init__(
@@ -70,16 +73,19 @@ class EndpointLimit:
         limits: LimitsLike,
         *,
         cost: CostLike = 1,
-        key: EndpointKey = "identity",
+        key: EndpointKey | KeyFunction = "identity",
         name: str | None = None,
         on_backend_error: FailurePolicy | None = None,
         on_limited: OnLimited | None = None,
     ) -> None:
         self.limiter = limiter
         self.limits = tuple(limiter.backend.validate_limit(lim) for lim in parse_limits(limits))
-        if key not in ENDPOINT_KEYS:
-            raise ConfigurationError(f"key={key!r}: unknown key (use 'identity', 'ip' or 'global')")
-        self.key: EndpointKey = key
+        if not callable(key) and key not in ENDPOINT_KEYS:
+            raise ConfigurationError(
+                f"key={key!r}: unknown key (use 'identity', 'ip', 'global' or a callable "
+                "request -> str | None of your own)"
+            )
+        self.key: EndpointKey | KeyFunction = key
         self.cost: CostLike = cost if callable(cost) else validate_cost(cost, "limit: ")
         if name is not None and (
             not isinstance(name, str) or not name or not all(" " <= c <= "~" for c in name)
@@ -153,7 +159,13 @@ class EndpointLimit:
         """One `Check` per limit, in the budget of the route (or of ``name``), and its name."""
         route_id, route_name = _route_of(request)
         cost = await self._cost(request)
-        return self._checks(request.scope, identity, route_id, route_name, cost)
+        subject = None
+        if callable(self.key):  # a key of your own: None leaves this limit out
+            answer = own_key(self.key, request, identity.key, self, self._log)
+            subject = answer if answer is None or isinstance(answer, str) else await answer
+            if subject is None:
+                return [], []
+        return self._checks(request.scope, identity, route_id, route_name, cost, subject)
 
     async def usage(self, scope: MutableMapping[str, Any]) -> tuple[PolicyStatus, ...]:
         """This limit's policies as they stand for the caller of ``scope``, consuming
@@ -173,8 +185,11 @@ class EndpointLimit:
     def named_checks(
         self, scope: MutableMapping[str, Any], identity: Identity
     ) -> tuple[list[Check], list[Policy]]:
-        """The checks of a named limit's shared budget, outside any route (cost 0)."""
+        """The checks of a named limit's shared budget, outside any route (cost 0); none for
+        a key of your own (its budget is not the caller's alone)."""
         assert self.name is not None
+        if callable(self.key):
+            return [], []
         return self._checks(scope, identity, self.name, self.name, 0)
 
     def _checks(
@@ -184,13 +199,15 @@ class EndpointLimit:
         route_id: str,
         route_name: str,
         cost: float,
+        subject: str | None = None,
     ) -> tuple[list[Check], list[Policy]]:
-        if self.key == "global":
-            subject = "*"
-        elif self.key == "ip":
-            subject = self.limiter.policy.identities.ip_key(scope)
-        else:
-            subject = identity.key
+        if subject is None:  # else what a key of your own answered
+            if self.key == "global":
+                subject = "*"
+            elif self.key == "ip":
+                subject = self.limiter.policy.identities.ip_key(scope)
+            else:
+                subject = identity.key
         name = self.policy_name(route_name)
         budget = f"route:{self.name or route_id}"
         limits = self.limits

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from .._decision import Decision
 from .._errors import RateLimitExceeded
 from .._rates import LimitsLike
+from ..http._own_keys import KeyFunction
 from ._endpoint import CostLike, EndpointKey, EndpointLimit
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class RateLimitDependency(EndpointLimit):
         limits: LimitsLike,
         *,
         cost: CostLike = 1,
-        key: EndpointKey = "identity",
+        key: EndpointKey | KeyFunction = "identity",
         name: "str | None" = None,
         on_backend_error: "FailurePolicy | None" = None,
         on_limited: "OnLimited | None" = None,

@@ -27,6 +27,7 @@ from starlette.responses import Response
 
 from .._errors import ConfigurationError
 from .._rates import LimitsLike
+from ..http._own_keys import KeyFunction
 from ._endpoint import CostLike, EndpointKey, EndpointLimit
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def limit_endpoint(
     limits: LimitsLike,
     *,
     cost: CostLike = 1,
-    key: EndpointKey = "identity",
+    key: EndpointKey | KeyFunction = "identity",
     name: str | None = None,
     on_backend_error: FailurePolicy | None = None,
     on_limited: OnLimited | None = None,
