@@ -9,7 +9,7 @@ call, each with its `Check` for the backend); the backend answers one `Outcome` 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -59,6 +59,9 @@ class Policy(NamedTuple):
     on_backend_error: FailurePolicy | None = None
     mode: Mode | None = None
     route: str | None = None
+    #: ``count_when(status) -> bool``: the request counts only when its response's status
+    #: passes (None: every admitted request counts)
+    count_when: Callable[[int], bool] | None = None
 
 
 # Not frozen: a frozen dataclass costs ~1 us more to build, and one of these is built per
@@ -133,6 +136,11 @@ class Decision:
     #: the failure policy that decided because the backend failed (``"allow"``, ``"deny"``
     #: or ``"fallback"``); None when the backend answered
     outage: FailurePolicy | None = None
+    #: ``settle(status)`` after the response: gives back what policies with a ``count_when``
+    #: do not count for that status (None when no policy has one); the middleware calls it
+    settle: Callable[[int], Awaitable[None] | None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @classmethod
     def unlimited(cls, identity: Identity | None = None) -> Decision:

@@ -19,7 +19,7 @@ from ._errors import ConfigurationError
 from ._limiter import RateLimiter
 from ._log_once import LogOnce
 from .backends._memory import MemoryBackend
-from .http._ledger import remember
+from .http._ledger import decided, remember
 from .http._on_limited import (
     ASGIApp,
     Message,
@@ -134,7 +134,10 @@ class RateLimitMiddleware:
                     await self._sleep(checked.delay)  # leaky bucket: shape, do not refuse
                 if checked.policies and self._adds_headers:
                     send = adding_headers(send, self._render(checked))
-                await self.app(scope, receive, send)
+                if checked.settle is None:
+                    await self.app(scope, receive, send)
+                else:  # a rule counts by outcome
+                    await self._settling(scope, receive, send, checked.settle)
             elif isinstance(checked, Access) and checked.verdict == "blocked":
                 await send_response(send, *forbidden())
             else:  # the allow list, or the limiter failed (logged)
@@ -145,6 +148,36 @@ class RateLimitMiddleware:
             await self.app(scope, self._stopping(receive), self._starting(send))
         else:  # websockets when not limited, and types we do not know
             await self.app(scope, receive, send)
+
+    async def _settling(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        settle: Callable[[int], Awaitable[None] | None],
+    ) -> None:
+        """Run the app, then give back what the rules' ``count_when`` do not count for the
+        status it answered (500 when it raised before answering). The request was counted
+        before the app ran, so concurrent requests never pass more than the limit."""
+        status = 500
+
+        async def recording(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording)
+        finally:
+            current = decided(scope)
+            if current is not None and current.charge is not None:  # no later door refunded it
+                try:
+                    pending = settle(status)
+                    if pending is not None:
+                        await pending
+                except Exception as exc:  # a refund is owed, not vital
+                    self._log.error("settle", "giving back an uncounted request failed (%r)", exc)
 
     def _starting(self, send: Send) -> Send:
         """``send``, starting the limiter (its rules file's poll, the live overrides' sync)

@@ -14,10 +14,10 @@ request (client IP, constant costs, the memory backend) is decided without one.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Literal, NamedTuple
 
-from .._decision import Decision, Policy
+from .._decision import Charge, Decision, Policy
 from .._engine import Engine
 from .._identity import Identity
 from .._named import new_named
@@ -173,7 +173,41 @@ class RequestPolicy:
         own = [await key if inspect.isawaitable(key) else key for key in keys]
         checks, policies = self.checks(scope, identity, route, checked, keys=own)
         decision = self.engine.decide(checks, policies, identity, consume)
-        return await decision if inspect.isawaitable(decision) else decision
+        if inspect.isawaitable(decision):
+            decision = await decision
+        if decision.charge is not None and any(p.count_when for p in policies):
+            decision.settle = self._settler(checks, policies, decision.charge)
+        return decision
+
+    def _settler(
+        self, checks: Sequence[Check], policies: Sequence[Policy], charge: Charge
+    ) -> Callable[[int], Awaitable[None] | None]:
+        """``settle(status)``: give back the checks of the policies whose ``count_when`` does
+        not count ``status`` (of those the decision charged: shadow modes may charge fewer)."""
+        backend, charged, at, _ = charge
+        counted = {id(check) for check in charged}
+        conditional = [
+            (check, policy)
+            for check, policy in zip(checks, policies, strict=True)
+            if policy.count_when is not None and id(check) in counted
+        ]
+
+        def settle(status: int) -> Awaitable[None] | None:
+            back = [check for check, policy in conditional if not self._counts(policy, status)]
+            return backend.refund(back, at) if back else None
+
+        return settle
+
+    def _counts(self, policy: Policy, status: int) -> bool:
+        assert policy.count_when is not None
+        try:
+            return bool(policy.count_when(status))
+        except Exception as exc:  # counting keeps the limit in force
+            self.identities.log.error(
+                f"count_when:{policy.name}",
+                "count_when of %r failed (%r); counting the request", policy.name, exc,
+            )  # fmt: skip
+            return True
 
     def checks(
         self,

@@ -58,6 +58,9 @@ class Rule:
     None leaves the rule out of the request's decision.
     ``limits`` is a limit, a list, or a dict tier -> limits (``None`` for unlimited).
     ``mode`` (``"enforce"``, ``"shadow"`` or ``"off"``) wins over the limiter's mode.
+    ``count_when=lambda status: status >= 400`` counts only the responses whose status passes
+    (failed logins): each admitted request is counted before the app runs, and given back
+    after its response when the status does not pass.
     A glob ``*`` matches any characters, ``/`` included; a trailing ``/*`` or ``/{p:path}``
     also matches the bare prefix (``/api/*`` matches ``/api``). HEAD matches rules for GET.
     """
@@ -66,6 +69,7 @@ class Rule:
         "_pattern",
         "budget",
         "cost",
+        "count_when",
         "key",
         "methods",
         "mode",
@@ -90,6 +94,8 @@ class Rule:
     on_backend_error: FailurePolicy | None
     #: the rule's own mode (None: the limiter's)
     mode: Mode | None
+    #: ``count_when(status) -> bool``: only responses whose status passes are counted
+    count_when: Callable[[int], bool] | None
     #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
     tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
     #: the name of the rule's budget in storage (its counts, apart from other rules')
@@ -109,6 +115,7 @@ class Rule:
         stop: bool = False,
         on_backend_error: FailurePolicy | None = None,
         mode: Mode | None = None,
+        count_when: Callable[[int], bool] | None = None,
     ) -> None:
         self.path = path
         self._pattern = _compile_path(path)
@@ -132,9 +139,20 @@ class Rule:
             else validate_failure_policy(on_backend_error, f"rule {self.name!r}: on_backend_error")
         )
         self.mode = None if mode is None else validate_mode(mode, f"rule {self.name!r}: mode")
+        if count_when is not None and not callable(count_when):
+            raise ConfigurationError(
+                f"rule {self.name!r}: count_when={count_when!r} must be a callable status -> "
+                "bool (e.g. lambda status: status >= 400) or None"
+            )
+        self.count_when = count_when
         self.tiers = self._parse_tiers(limits)
         self.policies = {
-            tier: tuple([Policy(name, self.on_backend_error, self.mode, path) for name, _ in named])
+            tier: tuple(
+                [
+                    Policy(name, self.on_backend_error, self.mode, path, count_when)
+                    for name, _ in named
+                ]
+            )
             for tier, named in self.tiers.items()
         }
 

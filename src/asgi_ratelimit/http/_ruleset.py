@@ -52,7 +52,8 @@ class Route(NamedTuple):
     method: str
     path: str
     rules: tuple[Rule, ...]
-    #: nothing to call per request: every rule's cost is a number and its key a built-in kind
+    #: nothing to call per request: every rule's cost is a number, its key a built-in kind,
+    #: and it counts every admitted request (no ``count_when``)
     static: bool
     #: tier -> its `Plan`; the tier None is every tier no rule of the route names
     plans: dict[str | None, Plan]
@@ -157,7 +158,10 @@ class RuleSet:
         # A websocket handshake is a GET; HEAD shares GET's budget (Rule.matches).
         paths = route_paths(scope)
         rules = self._match(method, paths)
-        static = all(rule.static_cost is not None and not callable(rule.key) for rule in rules)
+        static = all(
+            rule.static_cost is not None and not callable(rule.key) and rule.count_when is None
+            for rule in rules
+        )
         found = Route(method, paths[0], rules, static, self._plans(rules, paths[0]))
         if isinstance(path, str) and len(path) <= _MAX_CACHED_PATH:
             if len(self._routes) >= _CACHE_SIZE:
