@@ -68,7 +68,15 @@ def demo_limiter(secret: str, backend: Backend | None, clock: Clock | None) -> R
             ClientIP(),  # behind a proxy: ClientIP(trusted_proxies=["10.0.0.0/8"])
         ],
         rules=[
-            Rule("/auth/login", methods=["POST"], limits="5/minute", key="ip", name="login"),
+            # A brute-force guard: 5 failed logins a minute per client IP (good ones pass).
+            Rule(
+                "/auth/login",
+                methods=["POST"],
+                limits="5/minute",
+                key="ip",
+                name="login",
+                count_when=lambda status: status >= 400,
+            ),
             Rule(
                 "/api/{path:path}",
                 limits={"free": "60/minute", "premium": "600/minute"},

@@ -6,7 +6,8 @@
 
 Endpoints and their limits:
 
-- ``POST /auth/login``: 5/minute per client IP (a brute-force guard: the 6th try is a 429);
+- ``POST /auth/login``: 5 failed logins a minute per client IP (a brute-force guard: the 6th
+  failure is a 429, good logins do not count);
   answers 401 for bad credentials and a JWT for good ones.
 - ``GET /search``: 10/minute per caller, with the ``@limiter.limit_endpoint(...)`` decorator.
 - ``GET /api/items``: 60/minute for the free tier, 600/minute for premium; the tier comes from
