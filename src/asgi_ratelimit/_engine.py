@@ -102,7 +102,7 @@ class Engine:
             result = self.backend.decide(checks, consume)
         except Exception as exc:  # a broken backend must never take the app down
             return self._in_outage(checks, policies, identity, consume, exc)
-        if result.__class__ is Result or isinstance(result, Result):  # the class test: memory
+        if isinstance(result, Result):
             outcomes, at = result
             # What it consumed, for a refund if a later door refuses: nothing when refused.
             charge = (self.backend, checks, at, None) if consume and outcomes[0].allowed else None

@@ -111,12 +111,7 @@ class RateLimitMiddleware:
             except Exception as exc:
                 self._failed(exc)
                 answer = None
-            # A class test first: the usual answer, a Decision, costs no isinstance calls.
-            if (
-                answer.__class__ is Decision
-                or answer is None
-                or isinstance(answer, (Decision, Access))
-            ):
+            if answer is None or isinstance(answer, (Decision, Access)):
                 checked = answer
             else:  # a coroutine only when one is needed
                 checked = await self._settled(answer)

@@ -72,9 +72,7 @@ class IdentityResolver:
         except Exception as exc:
             self.log.error("client-ip", "ClientIP %r failed (%r)", self.ip, exc)
             return Identity("ip:unknown", None, "ip")
-        if answer.__class__ is Identity or isinstance(answer, Identity):  # the class: cheaper
-            return answer
-        return self._ip_identity_settled(answer)
+        return answer if isinstance(answer, Identity) else self._ip_identity_settled(answer)
 
     async def _identify_later(
         self, scope: Scope, index: int, pending: Awaitable[object]

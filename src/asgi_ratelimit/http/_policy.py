@@ -117,7 +117,7 @@ class RequestPolicy:
             if self.allow.has_address(address) and not self.deny.keys:
                 return _BYPASS  # no identity needed: skip it
         identity = self.identities.identify(scope)
-        if identity.__class__ is not Identity and not isinstance(identity, Identity):
+        if not isinstance(identity, Identity):
             return self._check_later(scope, identity, consume)
         return self._check_identified(scope, identity, consume)
 
