@@ -21,7 +21,8 @@ from asgi_ratelimit import Limit, RateLimiter, RateLimitMiddleware, Rule
 limiter = RateLimiter(
     rules=[
         Rule("/search", limits=Limit("5/second", algorithm="fixed_window"), key="ip"),
-        Rule("/write", methods=["POST"], limits=Limit("1/minute", algorithm="fixed_window")),
+        # A log, not a window: a refusal stays a refusal across a minute boundary.
+        Rule("/write", methods=["POST"], limits=Limit("1/minute", algorithm="sliding_window_log")),
     ],
 )
 _seen: set[str] = set()
