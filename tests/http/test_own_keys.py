@@ -178,3 +178,21 @@ async def test_the_decorator_takes_a_key_of_its_own(clock: FakeClock) -> None:
             429,
         ]
         assert (await http.get("/report", headers=blue)).status_code == 200
+
+
+async def test_the_usage_endpoint_leaves_keys_of_your_own_out(clock: FakeClock) -> None:
+    # Their budgets are not the caller's alone: the page shows the caller's rules only.
+    limiter = RateLimiter(
+        rules=[
+            Rule(LOGIN, limits=fixed("2/minute"), key=user_of, name="per-user"),
+            Rule(LOGIN, limits=fixed("3/minute"), key="ip", name="per-ip"),
+        ],
+        default_limits=None,
+    )
+    app = make_app(limiter)
+    app.add_route("/rate_limit", limiter.usage_endpoint())
+    async with client(app) as http:
+        await http.post(f"{LOGIN}?user=alice")
+        resources = (await http.get("/rate_limit")).json()["resources"]
+    assert list(resources) == ["per-ip"]
+    assert resources["per-ip"]["used"] == 1
