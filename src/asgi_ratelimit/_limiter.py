@@ -156,6 +156,9 @@ class RateLimiter:
         self._direct_limits: dict[str | Limit, tuple[tuple[Limit, ...], tuple[Policy, ...]]] = {}
         #: the named route limits (``limit(..., name=...)``), which the usage endpoint reports
         self.named_limits: dict[str, EndpointLimit] = {}
+        #: a route limit counts by outcome (``count_when``): the middleware then records every
+        #: response's status for it
+        self.settles_routes = False
 
     @classmethod
     def from_settings(
@@ -384,6 +387,7 @@ class RateLimiter:
         name: str | None = None,
         on_backend_error: FailurePolicy | None = None,
         on_limited: OnLimited | None = None,
+        count_when: Callable[[int], bool] | None = None,
     ) -> RateLimitDependency:
         """A FastAPI dependency: ``Depends(limiter.limit("2/minute", cost=1, key="ip"))``."""
         from .integrations._fastapi import RateLimitDependency
@@ -396,6 +400,7 @@ class RateLimiter:
             name=name,
             on_backend_error=on_backend_error,
             on_limited=on_limited,
+            count_when=count_when,
         )
 
     def limit_endpoint(
@@ -407,6 +412,7 @@ class RateLimiter:
         name: str | None = None,
         on_backend_error: FailurePolicy | None = None,
         on_limited: OnLimited | None = None,
+        count_when: Callable[[int], bool] | None = None,
     ) -> Callable[[Endpoint], Endpoint]:
         """A decorator for Starlette and FastAPI endpoints: ``@limiter.limit_endpoint("1/s")``."""
         from .integrations._starlette import limit_endpoint
@@ -419,6 +425,7 @@ class RateLimiter:
             name=name,
             on_backend_error=on_backend_error,
             on_limited=on_limited,
+            count_when=count_when,
         )
 
     def usage_endpoint(self, path: str = "/rate_limit") -> UsageEndpoint:

@@ -19,7 +19,7 @@ from ._errors import ConfigurationError
 from ._limiter import RateLimiter
 from ._log_once import LogOnce
 from .backends._memory import MemoryBackend
-from .http._ledger import decided, remember
+from .http._ledger import SETTLES, decided, remember
 from .http._on_limited import (
     ASGIApp,
     Message,
@@ -129,9 +129,9 @@ class RateLimitMiddleware:
                     await self._sleep(checked.delay)  # leaky bucket: shape, do not refuse
                 if checked.policies and self._adds_headers:
                     send = adding_headers(send, self._render(checked))
-                if checked.settle is None:
+                if checked.settle is None and not self.limiter.settles_routes:
                     await self.app(scope, receive, send)
-                else:  # a rule counts by outcome
+                else:  # a rule or a route limit counts by outcome
                     await self._settling(scope, receive, send, checked.settle)
             elif isinstance(checked, Access) and checked.verdict == "blocked":
                 await send_response(send, *forbidden())
@@ -149,11 +149,16 @@ class RateLimitMiddleware:
         scope: Scope,
         receive: Receive,
         send: Send,
-        settle: Callable[[int], Awaitable[None] | None],
+        settle: Callable[[int], Awaitable[None] | None] | None,
     ) -> None:
-        """Run the app, then give back what the rules' ``count_when`` do not count for the
-        status it answered (500 when it raised before answering). The request was counted
+        """Run the app, then give back what the ``count_when`` of the rules (``settle``) and
+        of the route limits (what they leave in the request state) do not count for the
+        status it answered (500 when it raised before answering). Each request was counted
         before the app ran, so concurrent requests never pass more than the limit."""
+        settles: list[Callable[[int], Awaitable[None] | None]] = []
+        scope["state"][SETTLES] = settles  # the state holds this request's decision already
+        if settle is not None:
+            settles.append(settle)
         status = 500
 
         async def recording(message: Message) -> None:
@@ -166,13 +171,16 @@ class RateLimitMiddleware:
             await self.app(scope, receive, recording)
         finally:
             current = decided(scope)
-            if current is not None and current.charge is not None:  # no later door refunded it
-                try:
-                    pending = settle(status)
-                    if pending is not None:
-                        await pending
-                except Exception as exc:  # a refund is owed, not vital
-                    self._log.error("settle", "giving back an uncounted request failed (%r)", exc)
+            if current is not None and current.charge is not None:  # no door refunded it all
+                for each in settles:
+                    try:
+                        pending = each(status)
+                        if pending is not None:
+                            await pending
+                    except Exception as exc:  # a refund is owed, not vital
+                        self._log.error(
+                            "settle", "giving back an uncounted request failed (%r)", exc
+                        )
 
     def _starting(self, send: Send) -> Send:
         """``send``, starting the limiter (its rules file's poll, the live overrides' sync)

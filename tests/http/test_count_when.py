@@ -10,7 +10,7 @@ import asyncio
 import logging
 
 import pytest
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, HTTPException
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -145,3 +145,72 @@ async def test_a_count_when_that_fails_counts_and_is_logged_once(
 def test_count_when_must_be_callable() -> None:
     with pytest.raises(ConfigurationError, match=r"count_when='yes' must be a callable status"):
         Rule(LOGIN, limits="5/minute", count_when="yes")  # type: ignore[arg-type]
+
+
+def fastapi_login(limiter: RateLimiter, *, middleware: bool = True) -> FastAPI:
+    """A FastAPI login whose route limit counts failures: 401 raised, 200 returned."""
+    app = FastAPI()
+    if middleware:
+        app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    failures = limiter.limit(fixed("3/minute"), count_when=failed, name="fails")
+
+    @app.post(LOGIN, dependencies=[Depends(failures)])
+    async def login(request: Request) -> dict[str, bool]:
+        await asyncio.sleep(float(request.query_params.get("slow", 0)))
+        if request.headers.get("x-password") != "right":
+            raise HTTPException(status_code=401, detail="wrong password")
+        return {"ok": True}
+
+    return app
+
+
+async def test_a_dependency_counts_failures_only(backend: Backend) -> None:
+    limiter = RateLimiter(backend=backend, default_limits=None)
+    async with client(fastapi_login(limiter)) as http:
+        assert [(await http.post(LOGIN, headers=RIGHT)).status_code for _ in range(5)] == [200] * 5
+        codes = [(await http.post(LOGIN, headers=WRONG)).status_code for _ in range(4)]
+        assert codes == [401, 401, 401, 429]
+        assert (await http.post(LOGIN, headers=RIGHT)).status_code == 429
+
+
+async def test_a_dependency_is_exact_under_concurrency(backend: Backend) -> None:
+    limiter = RateLimiter(backend=backend, default_limits=None)
+    async with client(fastapi_login(limiter)) as http:
+        slow = f"{LOGIN}?slow=0.05"
+        answers = await asyncio.gather(*[http.post(slow, headers=WRONG) for _ in range(20)])
+        assert sorted(r.status_code for r in answers) == [401] * 3 + [429] * 17
+
+
+async def test_the_decorator_counts_failures_only(clock: FakeClock) -> None:
+    limiter = RateLimiter(default_limits=None)
+
+    async def login(request: Request) -> Response:
+        if request.headers.get("x-password") == "right":
+            return PlainTextResponse("welcome")
+        return PlainTextResponse("wrong password", status_code=401)
+
+    limited = limiter.limit_endpoint(fixed("2/minute"), count_when=failed)(login)
+    app = Starlette(routes=[Route(LOGIN, limited, methods=["POST"])])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    async with client(app) as http:
+        assert [(await http.post(LOGIN, headers=RIGHT)).status_code for _ in range(3)] == [200] * 3
+        codes = [(await http.post(LOGIN, headers=WRONG)).status_code for _ in range(3)]
+        assert codes == [401, 401, 429]
+
+
+async def test_without_the_middleware_a_route_limit_counts_everything_and_says_why(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    limiter = RateLimiter(default_limits=None)
+    with caplog.at_level(logging.ERROR, logger="asgi_ratelimit"):
+        async with client(fastapi_login(limiter, middleware=False)) as http:
+            codes = [(await http.post(LOGIN, headers=RIGHT)).status_code for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+    errors = [r.getMessage() for r in caplog.records if r.name == "asgi_ratelimit"]
+    assert len(errors) == 1
+    assert "count_when needs RateLimitMiddleware around the app" in errors[0]
+
+
+def test_a_route_limits_count_when_must_be_callable() -> None:
+    with pytest.raises(ConfigurationError, match=r"count_when=401 must be a callable status"):
+        RateLimiter().limit("5/minute", count_when=401)  # type: ignore[arg-type]

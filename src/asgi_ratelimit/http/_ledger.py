@@ -18,9 +18,12 @@ from typing import Any
 from .._decision import Decision, refund
 from .._log_once import LogOnce
 
-__all__ = ["decided", "refund_all", "remember"]
+__all__ = ["SETTLES", "decided", "refund_all", "remember"]
 
 Scope = MutableMapping[str, Any]
+#: The request state's list of ``settle(status)`` the route-level doors leave for after the
+#: response (``count_when``); the middleware puts it there and runs them.
+SETTLES = "asgi_ratelimit.settles"
 _log = LogOnce()
 
 

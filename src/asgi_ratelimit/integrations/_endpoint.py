@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._decision import Decision, FailurePolicy, Policy, PolicyStatus
+from .._decision import Charge, Decision, FailurePolicy, Policy, PolicyStatus, refund
 from .._engine import validate_failure_policy
 from .._errors import ConfigurationError
 from .._headers import HeaderRenderer
@@ -30,7 +30,7 @@ from .._identity import Identity
 from .._log_once import LogOnce
 from .._rates import LimitsLike, parse_limits
 from ..backends._protocol import Check
-from ..http._ledger import decided, refund_all, remember
+from ..http._ledger import SETTLES, decided, refund_all, remember
 from ..http._on_limited import OnLimited, custom_response, validate_on_limited
 from ..http._own_keys import KeyFunction, own_key
 from ..http._policy import Access
@@ -77,6 +77,7 @@ class EndpointLimit:
         name: str | None = None,
         on_backend_error: FailurePolicy | None = None,
         on_limited: OnLimited | None = None,
+        count_when: Callable[[int], bool] | None = None,
     ) -> None:
         self.limiter = limiter
         self.limits = tuple(limiter.backend.validate_limit(lim) for lim in parse_limits(limits))
@@ -104,6 +105,14 @@ class EndpointLimit:
         )
         #: this route's own, else the limiter's
         self.on_limited = validate_on_limited(on_limited) or limiter.on_limited
+        if count_when is not None and not callable(count_when):
+            raise ConfigurationError(
+                f"count_when={count_when!r} must be a callable status -> bool (e.g. lambda "
+                "status: status >= 400) or None"
+            )
+        self.count_when = count_when
+        if count_when is not None:  # the middleware records each response's status for it
+            limiter.settles_routes = True
         self._responses = Responses(limiter.renderer)
         style = limiter.header_style
         self._legacy = HeaderRenderer("legacy") if style in ("both", "legacy") else None
@@ -151,7 +160,34 @@ class EndpointLimit:
         remember(scope, combined)
         state = scope["state"]
         state.setdefault(_ROUTE_POLICIES, []).extend(own.policies)
+        if self.count_when is not None and own.charge is not None:
+            self._settle_later(state, own.charge)
         return own
+
+    def _settle_later(self, state: MutableMapping[str, Any], charge: Charge) -> None:
+        """Give ``charge`` back after the response when ``count_when`` does not count its
+        status: the middleware, which sees the status, runs what the doors leave here."""
+        settles = state.get(SETTLES)
+        if settles is None:  # no RateLimitMiddleware around the app: nobody sees the status
+            self._log.error(
+                "count_when",
+                "%r: count_when needs RateLimitMiddleware around the app (it sees the "
+                "response's status); counting every request",
+                self,
+            )
+            return
+        count_when = self.count_when
+        assert count_when is not None
+
+        def settle(status: int) -> Awaitable[None] | None:
+            try:
+                counts = bool(count_when(status))
+            except Exception as exc:  # counting keeps the limit in force
+                self._log.error("count_when-failed", "count_when failed (%r); counting", exc)
+                counts = True
+            return None if counts else refund(charge)
+
+        settles.append(settle)
 
     async def checks(
         self, request: Request, identity: Identity

@@ -13,6 +13,7 @@ and the request costs nothing of the middleware's rules either.
 # ``RateLimitDependency.__call__`` at runtime, and an instance has no ``__globals__`` to
 # resolve string annotations against.
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 # Starlette's classes: FastAPI injects them alike, and its HTTPException handler is
@@ -105,6 +106,7 @@ class RateLimitDependency(EndpointLimit):
         name: "str | None" = None,
         on_backend_error: "FailurePolicy | None" = None,
         on_limited: "OnLimited | None" = None,
+        count_when: "Callable[[int], bool] | None" = None,
     ) -> None:
         super().__init__(
             limiter,
@@ -114,6 +116,7 @@ class RateLimitDependency(EndpointLimit):
             name=name,
             on_backend_error=on_backend_error,
             on_limited=on_limited,
+            count_when=count_when,
         )
 
     async def __call__(self, request: Request, response: Response) -> Decision:

@@ -53,6 +53,7 @@ def limit_endpoint(
     name: str | None = None,
     on_backend_error: FailurePolicy | None = None,
     on_limited: OnLimited | None = None,
+    count_when: Callable[[int], bool] | None = None,
 ) -> Callable[[Endpoint], Endpoint]:
     """Decorate an ``async def`` endpoint: 429 when over, headers when not.
 
@@ -70,6 +71,7 @@ def limit_endpoint(
         name=name,
         on_backend_error=on_backend_error,
         on_limited=on_limited,
+        count_when=count_when,
     )
 
     def decorate(endpoint: Endpoint) -> Endpoint:
