@@ -51,15 +51,21 @@ def bearer(token: str) -> dict[str, str]:
 
 
 async def test_login_brute_force_is_stopped_on_the_sixth_attempt(
-    http: httpx.AsyncClient, clock: FakeClock
+    http: httpx.AsyncClient, clock: FakeClock, example: ModuleType
 ) -> None:
+    # The per-username limit's headers ride on the decorated endpoint's response; FastAPI
+    # answers a raised HTTPException with a response of its own, which a dependency cannot
+    # reach.
+    policies = '"login";q=5;w=60'
+    if example is starlette_main:
+        policies = '"login-user";q=10;w=3600, ' + policies
     for left in (4, 3, 2, 1, 0):
         response = await http.post("/auth/login", json=BAD)
         assert response.status_code == 401
         assert response.json() == {"detail": "invalid username or password"}
         assert response.headers["x-ratelimit-limit"] == "5"
         assert response.headers["x-ratelimit-remaining"] == str(left)
-        assert response.headers["ratelimit-policy"] == '"login";q=5;w=60'
+        assert response.headers["ratelimit-policy"] == policies
 
     sixth = await http.post("/auth/login", json=GOOD)  # even the right password waits now
     assert sixth.status_code == 429
@@ -70,6 +76,39 @@ async def test_login_brute_force_is_stopped_on_the_sixth_attempt(
     clock.advance(61)  # Retry-After later, the next attempt is heard again
     again = await http.post("/auth/login", json=GOOD)
     assert again.status_code == 200
+
+
+async def test_repeated_brute_force_is_blocked_longer_each_time(
+    http: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    for attempt, wait in enumerate(("61", "600", "3600", "3600")):  # the window's, then blocks
+        guess = {"username": f"guest{attempt}", "password": "guess"}  # a username each round:
+        # its own limit (10 failures an hour) stays out of the way
+        codes = [(await http.post("/auth/login", json=guess)).status_code for _ in range(6)]
+        assert codes == [401] * 5 + [429]
+        refused = await http.post("/auth/login", json=GOOD)  # blocked: even the right one
+        assert (refused.status_code, refused.headers["retry-after"]) == (429, wait)
+        clock.advance(int(wait))
+        if wait == "61":
+            # The first block (a minute) ended within the window's own wait.
+            assert (await http.post("/auth/login", json=GOOD)).status_code == 200
+            clock.advance(60)  # a fresh window for the next round
+
+
+async def test_failed_logins_count_per_username_whatever_the_ip(
+    example: ModuleType, clock: FakeClock
+) -> None:
+    app = example.create_app(clock=clock)
+    for peer in ("198.51.100.31", "198.51.100.32"):  # five failures from each: ten for alice
+        async with connect(app, peer=peer) as http:
+            codes = [(await http.post("/auth/login", json=BAD)).status_code for _ in range(5)]
+            assert codes == [401] * 5
+    async with connect(app, peer="198.51.100.33") as http:
+        refused = await http.post("/auth/login", json=BAD)
+        assert (refused.status_code, refused.json()["violated-policies"]) == (429, ["login-user"])
+        assert refused.headers["retry-after"] == "3601"  # the sliding window's own wait
+        bob = {"username": "bob", "password": "not-the-password"}
+        assert (await http.post("/auth/login", json=bob)).status_code == 401
 
 
 async def test_login_is_per_client_ip_whatever_the_identity(

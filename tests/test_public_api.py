@@ -28,7 +28,7 @@ PUBLIC = {
         # errors
         "BackendError", "ConfigurationError", "RateLimitExceeded",
     ],
-    "asgi_ratelimit.backends": ["Backend", "Check", "MemoryBackend", "Outcome", "Result"],
+    "asgi_ratelimit.backends": ["Backend", "Block", "Check", "MemoryBackend", "Outcome", "Result"],
     "asgi_ratelimit.backends.redis": ["RedisBackend"],
     "asgi_ratelimit.observers": ["LogDecisions", "OpenTelemetryMetrics", "PrometheusMetrics"],
     "asgi_ratelimit.settings": ["RateLimitSettings"],
@@ -43,7 +43,7 @@ LAYERS = [
         "asgi_ratelimit._log_once",
         "asgi_ratelimit._named",
     ),
-    ("asgi_ratelimit._rates",),
+    ("asgi_ratelimit._rates", "asgi_ratelimit._durations"),
     ("asgi_ratelimit.algorithms",),
     ("asgi_ratelimit._identity", "asgi_ratelimit._headers", "asgi_ratelimit.backends"),
     ("asgi_ratelimit._decision",),

@@ -7,7 +7,8 @@
 Endpoints and their limits:
 
 - ``POST /auth/login``: 5 failed logins a minute per client IP (a brute-force guard: the 6th
-  failure is a 429, good logins do not count);
+  failure is a 429, good logins do not count), then a block of 1 minute, 10 minutes, then an
+  hour for repeated violations; and 10 failed logins an hour per username, whatever the IP;
   answers 401 for bad credentials and a JWT for good ones.
 - ``GET /search``: 10/minute per caller, with ``Depends(limiter.limit(...))``.
 - ``GET /api/items``: 60/minute for the free tier, 600/minute for premium; the tier comes from
@@ -37,11 +38,14 @@ from examples.demo import (
     API_KEYS,
     DEFAULT_JWT_SECRET,
     TOKEN_LIFETIME,
+    USERNAME_LIMIT,
     USERS,
     Clock,
     demo_limiter,
+    failed,
     issue_token,
     jwt_secret,
+    login_username,
 )
 
 __all__ = ["API_KEYS", "DEFAULT_JWT_SECRET", "USERS", "app", "create_app", "issue_token"]
@@ -57,6 +61,9 @@ def create_app(*, backend: Backend | None = None, clock: Clock | None = None) ->
     secret = jwt_secret()
     limiter = demo_limiter(secret, backend, clock)
     search_limit = limiter.limit("10/minute", name="search")
+    username_limit = limiter.limit(
+        USERNAME_LIMIT, key=login_username, count_when=failed, name="login-user"
+    )
     usage = limiter.usage_endpoint("/rate_limit")  # no rule counts /rate_limit
 
     @asynccontextmanager
@@ -69,7 +76,7 @@ def create_app(*, backend: Backend | None = None, clock: Clock | None = None) ->
     app.add_middleware(RateLimitMiddleware, limiter=limiter)
     app.state.limiter = limiter
 
-    @app.post("/auth/login")
+    @app.post("/auth/login", dependencies=[Depends(username_limit)])
     async def login(credentials: Credentials) -> dict[str, Any]:
         user = USERS.get(credentials.username)
         if user is None or user[0] != credentials.password:

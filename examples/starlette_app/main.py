@@ -7,7 +7,8 @@
 Endpoints and their limits:
 
 - ``POST /auth/login``: 5 failed logins a minute per client IP (a brute-force guard: the 6th
-  failure is a 429, good logins do not count);
+  failure is a 429, good logins do not count), then a block of 1 minute, 10 minutes, then an
+  hour for repeated violations; and 10 failed logins an hour per username, whatever the IP;
   answers 401 for bad credentials and a JWT for good ones.
 - ``GET /search``: 10/minute per caller, with the ``@limiter.limit_endpoint(...)`` decorator.
 - ``GET /api/items``: 60/minute for the free tier, 600/minute for premium; the tier comes from
@@ -40,11 +41,14 @@ from examples.demo import (
     API_KEYS,
     DEFAULT_JWT_SECRET,
     TOKEN_LIFETIME,
+    USERNAME_LIMIT,
     USERS,
     Clock,
     demo_limiter,
+    failed,
     issue_token,
     jwt_secret,
+    login_username,
 )
 
 __all__ = ["API_KEYS", "DEFAULT_JWT_SECRET", "USERS", "app", "create_app", "issue_token"]
@@ -55,6 +59,9 @@ def create_app(*, backend: Backend | None = None, clock: Clock | None = None) ->
     secret = jwt_secret()
     limiter = demo_limiter(secret, backend, clock)
 
+    @limiter.limit_endpoint(
+        USERNAME_LIMIT, key=login_username, count_when=failed, name="login-user"
+    )
     async def login(request: Request) -> JSONResponse:
         try:
             body = await request.json()

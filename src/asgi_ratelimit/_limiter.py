@@ -358,7 +358,7 @@ class RateLimiter:
                     self._direct_limits.clear()
                 self._direct_limits[limits] = parsed  # type: ignore[index]
         unique, policies = parsed
-        return [new_named(Check, (key, limit, cost, "")) for limit in unique], policies
+        return [new_named(Check, (key, limit, cost, "", None)) for limit in unique], policies
 
     # -- HTTP ----------------------------------------------------------------------------------
 

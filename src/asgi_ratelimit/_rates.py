@@ -41,13 +41,13 @@ _ALGORITHM_CODES = {
     "gcra": "gcra",
 }
 
-_UNIT_SECONDS = {
+UNIT_SECONDS = {
     "second": 1,
     "minute": 60,
     "hour": 3600,
     "day": 86400,
 }
-_UNIT_ALIASES = {
+UNIT_ALIASES = {
     "s": "second", "sec": "second", "secs": "second", "second": "second", "seconds": "second",
     "m": "minute", "min": "minute", "mins": "minute", "minute": "minute", "minutes": "minute",
     "h": "hour", "hr": "hour", "hrs": "hour", "hour": "hour", "hours": "hour",
@@ -182,7 +182,7 @@ def _parse_rate(rate: str) -> tuple[int, int, str]:
             "e.g. '5/minute', '100 per 15 minutes', '10/s')"
         )
     unit_word = match["unit"].lower()
-    unit = _UNIT_ALIASES.get(unit_word)
+    unit = UNIT_ALIASES.get(unit_word)
     if unit is None:
         raise ConfigurationError(
             f"limit {_quote(rate)}: unknown period {_clip(match['unit'])!r} "
@@ -204,7 +204,7 @@ def _parse_rate(rate: str) -> tuple[int, int, str]:
             f"limit {_quote(rate)}: the period must be at least 1 {unit}, "
             f"got {_clip(match['multiplier'])}"
         )
-    period = multiplier * _UNIT_SECONDS[unit]
+    period = multiplier * UNIT_SECONDS[unit]
     if period > MAX_PERIOD_SECONDS:
         raise ConfigurationError(
             f"limit {_quote(rate)}: the period is too long "

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from asgi_ratelimit._rates import Limit
 from asgi_ratelimit.backends._memory import MemoryBackend
-from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit.backends._protocol import Block, Check
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.redis
@@ -56,6 +56,7 @@ async def _compare(
     url: str,
     schedule: list[tuple[int, str, list[int], float, bool]],
     limits: list[Limit] = LIMITS,
+    block: Block | None = None,
 ) -> None:
     from asgi_ratelimit.backends.redis import RedisBackend
 
@@ -67,7 +68,8 @@ async def _compare(
             clock.now += advance_us / 1_000_000
             # Odd and even limits count against different keys: on Redis Cluster such a
             # request spans two slots (the peek-then-commit path).
-            checks = [Check(f"{key}{i % 2}", limits[i], cost) for i in which]
+            budget = "" if block is None else "rule:blocks"
+            checks = [Check(f"{key}{i % 2}", limits[i], cost, budget, block) for i in which]
             if peek:
                 expected, actual = await memory.peek(checks), await redis.peek(checks)
             else:
@@ -94,6 +96,30 @@ def test_memory_and_redis_agree(redis_url: str, schedule: list) -> None:  # type
 @given(schedule=steps)
 def test_memory_and_redis_cluster_agree(redis_cluster_url: str, schedule: list) -> None:  # type: ignore[type-arg]
     asyncio.run(_compare(redis_cluster_url, schedule))
+
+
+#: Escalating blocks short enough for the schedules' steps to reach their ends and reset.
+BLOCK = Block((700_000, 2_000_000, 5_000_000), 9_000_000)
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(schedule=steps)
+def test_memory_and_redis_agree_on_blocks(redis_url: str, schedule: list) -> None:  # type: ignore[type-arg]
+    asyncio.run(_compare(redis_url, schedule, block=BLOCK))
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(schedule=steps)
+def test_memory_and_redis_cluster_agree_on_blocks(redis_cluster_url: str, schedule: list) -> None:  # type: ignore[type-arg]
+    asyncio.run(_compare(redis_cluster_url, schedule, block=BLOCK))
 
 
 def test_large_limits_stay_exact(redis_url: str) -> None:

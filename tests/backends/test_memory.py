@@ -17,7 +17,7 @@ from asgi_ratelimit._clock import monotonic_epoch_clock
 from asgi_ratelimit._rates import ALGORITHM_NAMES
 from asgi_ratelimit.algorithms import DECIDERS
 from asgi_ratelimit.backends import Backend, Check
-from asgi_ratelimit.backends._memory import _ARITY, _pack, _unpack
+from asgi_ratelimit.backends._memory import _ARITY, _BLOCKS, _pack, _unpack
 from tests.conftest import FakeClock
 
 ALGORITHMS = pytest.mark.parametrize("algorithm", ALGORITHM_NAMES)
@@ -284,7 +284,9 @@ def test_max_keys_must_be_a_positive_int(bad: object) -> None:
 
 def test_every_algorithm_declares_the_arity_of_its_state() -> None:
     # Packed states are unpacked by arity: a state whose length changed would be misread.
-    assert set(_ARITY) == set(DECIDERS) == set(ALGORITHM_NAMES)
+    assert set(_ARITY) - {_BLOCKS} == set(DECIDERS) == set(ALGORITHM_NAMES)
+    block = (1_699_920_000_000_000, 3)  # blocked until, violations
+    assert _unpack(_pack(block, 1), 0, _ARITY[_BLOCKS]) == block
     for algorithm, decide in DECIDERS.items():
         state = decide(None, 1_699_920_000_000_000, five(algorithm), 1).state
         assert state is not None

@@ -10,13 +10,15 @@ from .._clock import Clock, monotonic_epoch_clock
 from .._errors import ConfigurationError
 from .._named import new_named
 from .._rates import Limit
-from ..algorithms import DECIDERS, Outcome, State
+from ..algorithms import DECIDERS, NEVER, Outcome, State
 from ..algorithms.refund import REFUNDS
 from ._memory_entries import _MASK, Entry, Tables, _pack, _sweep, _unpack
 from ._protocol import Check, Result
 
 __all__ = ["MemoryBackend"]
 
+#: the kind of the tables that keep blocks (`Block`), in `_ARITY` beside the algorithms
+_BLOCKS = "block"
 # How many numbers each algorithm's state holds when it packs into one int (0: never packs).
 _ARITY = {
     "fixed_window": 2,
@@ -25,6 +27,7 @@ _ARITY = {
     "gcra": 1,
     "leaky_bucket": 1,
     "sliding_window_log": 0,
+    _BLOCKS: 2,  # (blocked until, violations): a budget's block, beside its limits' tables
 }
 # No sweep for expired state before the backend holds this many entries (see _maintain).
 _FIRST_SWEEP = 16
@@ -100,7 +103,9 @@ class MemoryBackend:
             if len(checks) != 1:
                 return new_named(Result, (self._decide_many(checks, now, consume), now))
             # One check (the usual request): no pending map, no second pass.
-            key, limit, cost, budget = checks[0]
+            key, limit, cost, budget, block = checks[0]
+            if block is not None:
+                return new_named(Result, (self._decide_many(checks, now, consume), now))
             if budget:
                 memo = self._last_table
                 if memo[0] is budget and memo[1] is limit:  # the same rule as last time
@@ -151,35 +156,63 @@ class MemoryBackend:
         # The same key and limit may appear twice in one call: later checks see earlier ones.
         pending: dict[tuple[str, str], State] = {}
         allowed = True
-        for key, limit, cost, budget in checks:
+        for key, limit, cost, budget, block in checks:
             table_id = _table_id(limit, budget)
             state = self._state(table_id, limit.algorithm, key, now, consume)
             before.append(state)
             if (table_id, key) in pending:
                 state = pending[table_id, key]
             outcome = DECIDERS[limit.algorithm](state, now, limit, cost)
+            if block is not None:
+                blocked = self._state(_block_table(limit, budget), _BLOCKS, key, now, consume)
+                if blocked is not None and blocked[0] > now:
+                    outcome = _blocked(limit, state, now, blocked[0], outcome)
             outcomes.append(outcome)
             if not outcome.allowed:
                 allowed = False
             elif outcome.state is not None:
                 pending[table_id, key] = outcome.state
         if allowed and consume:
-            for (key, limit, cost, budget), outcome in zip(checks, outcomes, strict=True):
+            for (key, limit, cost, budget, _), outcome in zip(checks, outcomes, strict=True):
                 if cost and outcome.state is not None:
                     packed = _pack(outcome.state, now + outcome.ttl_us)
                     self._store(_table_id(limit, budget), key, packed, now)
             return outcomes
         # Nothing was counted: a check that would pass reports what is left now (a cost of 0).
-        for index, (_, limit, cost, _) in enumerate(checks):
+        for index, (_, limit, cost, _, _) in enumerate(checks):
             if cost and outcomes[index].allowed:
                 outcomes[index] = DECIDERS[limit.algorithm](before[index], now, limit, 0)
+        if consume:
+            self._start_blocks(checks, outcomes, now)
         return outcomes
+
+    def _start_blocks(self, checks: Sequence[Check], outcomes: list[Outcome], now: int) -> None:
+        """Block the keys whose checks with a `Block` their limit refused (once per key and
+        limit: a check may appear twice)."""
+        started: dict[tuple[str, str], int] = {}
+        for index, (key, limit, _, budget, block) in enumerate(checks):
+            outcome = outcomes[index]
+            if block is None or outcome.allowed or outcome.retry_us == NEVER:
+                continue
+            table_id = _block_table(limit, budget)
+            until = started.get((table_id, key))
+            if until is None:
+                previous = self._state(table_id, _BLOCKS, key, now, True)
+                if previous is not None and previous[0] > now:
+                    continue  # refused by the block itself: not a violation
+                violations = 1 if previous is None else previous[1] + 1
+                durations = block.durations_us
+                until = now + durations[min(violations, len(durations)) - 1]
+                expires = max(until, now + block.reset_us)
+                self._store(table_id, key, _pack((until, violations), expires), now)
+                started[table_id, key] = until
+            outcomes[index] = outcome._replace(retry_us=max(outcome.retry_us, until - now))
 
     def refund(self, checks: Sequence[Check], at: int) -> None:
         """Give back what ``decide(checks)`` consumed at ``at`` (a later door refused)."""
         with self._lock:
             now = max(round(self._clock() * 1_000_000), self._last_now)
-            for key, limit, cost, budget in checks:
+            for key, limit, cost, budget, _ in checks:
                 if not cost:
                     continue
                 table_id = _table_id(limit, budget)
@@ -309,6 +342,23 @@ class MemoryBackend:
 
     def __repr__(self) -> str:
         return f"MemoryBackend(keys={len(self)}, max_keys={self._max_keys})"
+
+
+def _block_table(limit: Limit, budget: str) -> str:
+    """The table of the blocks of a limit in a budget (as on Redis: beside its state)."""
+    return f"{_table_id(limit, budget)}\x1f{_BLOCKS}"
+
+
+def _blocked(limit: Limit, state: State | None, now: int, until: int, own: Outcome) -> Outcome:
+    """The outcome of a check whose key is blocked until ``until``: refused, nothing left,
+    and passing only once the block is over and its limit (``own``: its outcome) agrees."""
+    free = DECIDERS[limit.algorithm](state, now, limit, 0)
+    wait = until - now
+    retry = wait if own.allowed else max(wait, own.retry_us)
+    reset = max(free.reset_us, wait)
+    return free._replace(
+        allowed=False, remaining=0, reset_us=reset, retry_us=retry, delay_us=0, next_us=0
+    )
 
 
 def _table_id(limit: Limit, budget: str) -> str:

@@ -19,7 +19,21 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from .._rates import Limit
 from ..algorithms import Outcome
 
-__all__ = ["Backend", "Check", "Result", "SharedStore"]
+__all__ = ["Backend", "Block", "Check", "Result", "SharedStore"]
+
+
+class Block(NamedTuple):
+    """What a refusal costs a key on a budget beyond the refusal: a block.
+
+    When a check with a block is refused by its limit, its key is refused on that limit of
+    the budget for ``durations_us[n - 1]`` (the last one for every violation past the list),
+    where ``n`` counts the key's violations of it; a violation is remembered
+    ``reset_us`` after the latest one (and at least until its block ends). Requests refused
+    during a block are not violations: a block does not extend itself.
+    """
+
+    durations_us: tuple[int, ...]
+    reset_us: int
 
 
 class Check(NamedTuple):
@@ -27,13 +41,15 @@ class Check(NamedTuple):
 
     ``key`` is whose budget it is (an identity key, an IP key, ``"*"`` for everyone);
     ``budget`` names the budget the limit counts in: a rule's or a route's, ``""`` for
-    direct use. Every budget of one key is reset together (`Backend.reset`).
+    direct use. Every budget of one key is reset together (`Backend.reset`). ``block``
+    blocks the key on the limit after a refusal (`Block`).
     """
 
     key: str
     limit: Limit
     cost: float = 1
     budget: str = ""
+    block: Block | None = None
 
 
 class Result(NamedTuple):
@@ -52,6 +68,9 @@ class Backend(Protocol):
 
     ``decide`` decides every check at one instant, atomically: when any check is denied, no
     check consumes anything (all or nothing); ``consume=False`` consumes nothing either way.
+    A check of a blocked key is refused until its block ends (``retry`` says when); a
+    consuming call whose check with a `Block` is refused by its limit starts the block, in
+    the same atomic step.
     A backend raises `BackendError` when its storage fails, and reports its own outages in
     the log (one ERROR when one starts, one WARNING when it ends); the limiter then applies
     its failure policy.

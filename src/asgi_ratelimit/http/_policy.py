@@ -228,7 +228,7 @@ class RequestPolicy:
         checks: list[Check] = []
         ip_key = ""
         subject: str | None
-        for index, key, limit, cost, budget in plan.limits:
+        for index, key, limit, cost, budget, block in plan.limits:
             if key == "identity" or key == "path":
                 subject = identity.key
             elif key == "ip":
@@ -240,7 +240,7 @@ class RequestPolicy:
                 subject = keys[index] if keys is not None else None
             if costs is not None:  # (a static cost is None only for a cost callable's rule)
                 cost = costs[index]
-            checks.append(new_named(Check, (subject, limit, cost, budget)))
+            checks.append(new_named(Check, (subject, limit, cost, budget, block)))
         if keys is not None and None in keys:
             return _applying(checks, plan.policies)
         return checks, plan.policies
@@ -338,7 +338,7 @@ def _overridden(plan: Plan, route: Route, found: dict[str, Override]) -> Plan:
         elif not any(done[0] == index for done in limits):  # a rule's limits, once
             many = len(override.limits) > 1
             for limit in override.limits:
-                limits.append((index, entry[1], limit, entry[3], entry[4]))
+                limits.append((index, entry[1], limit, entry[3], entry[4], entry[5]))
                 name = f"{rule.name} {limit.text}" if many else rule.name
                 policies.append(policy._replace(name=name))
     return Plan(tuple(limits), tuple(policies))

@@ -14,18 +14,22 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Literal, get_args
 
 from .._decision import FailurePolicy, Mode, Policy
+from .._durations import parse_duration
 from .._engine import validate_failure_policy, validate_mode
 from .._errors import ConfigurationError
 from .._rates import Limit, LimitsLike, parse_limits
+from ..backends._protocol import Block
 from ._own_keys import KeyFunction
 from .identity._base import Scope
 
-__all__ = ["CostLike", "Rule", "RuleKey", "TieredLimits", "validate_cost"]
+__all__ = ["BlockLike", "CostLike", "Rule", "RuleKey", "TieredLimits", "validate_cost"]
 
 RuleKey = Literal["identity", "ip", "global", "path"]
 RULE_KEYS: tuple[str, ...] = get_args(RuleKey)
 
 CostLike = float | Callable[[Scope], float | Awaitable[float]]
+#: A duration (``"15 minutes"`` or seconds), or a list of them: one per repeated violation
+BlockLike = str | float | Iterable[str | float]
 TieredLimits = Mapping[str, LimitsLike | None]
 
 # Starlette's convertors, as regexes over the normalized (lower-case) path.
@@ -61,12 +65,17 @@ class Rule:
     ``count_when=lambda status: status >= 400`` counts only the responses whose status passes
     (failed logins): each admitted request is counted before the app runs, and given back
     after its response when the status does not pass.
+    ``block_for="15 minutes"`` refuses a key on the rule for that long after a refusal,
+    whatever its window says; a list (``["1 minute", "10 minutes", "1 hour"]``) escalates on
+    repeated violations, which are remembered for ``block_reset`` (default one day) after
+    the latest one.
     A glob ``*`` matches any characters, ``/`` included; a trailing ``/*`` or ``/{p:path}``
     also matches the bare prefix (``/api/*`` matches ``/api``). HEAD matches rules for GET.
     """
 
     __slots__ = (
         "_pattern",
+        "block",
         "budget",
         "cost",
         "count_when",
@@ -96,6 +105,8 @@ class Rule:
     mode: Mode | None
     #: ``count_when(status) -> bool``: only responses whose status passes are counted
     count_when: Callable[[int], bool] | None
+    #: the block a refusal starts (``block_for``), or None
+    block: Block | None
     #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
     tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
     #: the name of the rule's budget in storage (its counts, apart from other rules')
@@ -116,6 +127,8 @@ class Rule:
         on_backend_error: FailurePolicy | None = None,
         mode: Mode | None = None,
         count_when: Callable[[int], bool] | None = None,
+        block_for: BlockLike | None = None,
+        block_reset: str | float = "1 day",
     ) -> None:
         self.path = path
         self._pattern = _compile_path(path)
@@ -145,6 +158,7 @@ class Rule:
                 "bool (e.g. lambda status: status >= 400) or None"
             )
         self.count_when = count_when
+        self.block = self._parse_block(block_for, block_reset)
         self.tiers = self._parse_tiers(limits)
         self.policies = {
             tier: tuple(
@@ -155,6 +169,22 @@ class Rule:
             )
             for tier, named in self.tiers.items()
         }
+
+    def _parse_block(self, block_for: BlockLike | None, block_reset: str | float) -> Block | None:
+        what = f"rule {self.name!r}: "
+        reset = parse_duration(block_reset, f"{what}block_reset")
+        if block_for is None:
+            return None
+        steps = [block_for] if isinstance(block_for, (str, int, float)) else list(block_for)
+        if not steps:
+            raise ConfigurationError(
+                f"{what}block_for=[]: give a duration ('15 minutes') or a list of them, "
+                "or None for no block"
+            )
+        durations = tuple(
+            [round(parse_duration(step, f"{what}block_for") * 1_000_000) for step in steps]
+        )
+        return Block(durations, round(reset * 1_000_000))
 
     def _parse_tiers(
         self, limits: LimitsLike | TieredLimits

@@ -53,6 +53,8 @@ _RULE_KEYS = (
     "stop",
     "on_backend_error",
     "mode",
+    "block_for",
+    "block_reset",
 )
 _LIMIT_KEYS = ("rate", "algorithm", "burst")
 

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from .._decision import Policy
 from .._errors import ConfigurationError
 from .._rates import Limit, LimitsLike
+from ..backends._protocol import Block
 from ._own_keys import KeyFunction
 from ._paths import normalize_path, route_paths
 from ._rules import Rule, TieredLimits
@@ -30,16 +31,16 @@ _CACHE_SIZE = 1024
 _MAX_CACHED_PATH = 256
 
 
-#: ``(rule index, key, limit, cost, budget)``: one limit of a `Plan`
-PlanEntry = tuple[int, "str | KeyFunction", Limit, "float | None", str]
+#: ``(rule index, key, limit, cost, budget, block)``: one limit of a `Plan`
+PlanEntry = tuple[int, "str | KeyFunction", Limit, "float | None", str, "Block | None"]
 
 
 class Plan(NamedTuple):
     """What a request of one tier on one route is checked against, compiled with the route.
 
-    One ``(rule index, key, limit, cost, budget)`` per limit, in order (``cost`` is None for
-    a cost callable's rule; ``budget`` already holds the path of ``key="path"`` rules), and
-    the `Policy` of each.
+    One ``(rule index, key, limit, cost, budget, block)`` per limit, in order (``cost`` is
+    None for a cost callable's rule; ``budget`` already holds the path of ``key="path"``
+    rules; ``block`` is the rule's), and the `Policy` of each.
     """
 
     limits: tuple[PlanEntry, ...]
@@ -183,7 +184,7 @@ class RuleSet:
                 own = rule.tier_of(tier, self.default_tier)
                 budget = rule.budget_of(path)
                 limits.extend(
-                    (index, rule.key, limit, rule.static_cost, budget)
+                    (index, rule.key, limit, rule.static_cost, budget, rule.block)
                     for _, limit in rule.tiers[own]
                 )
                 policies.extend(rule.policies[own])

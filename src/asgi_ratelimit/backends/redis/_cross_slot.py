@@ -60,7 +60,10 @@ async def run_across_slots(
         for i, outcome in zip(group, group_outcomes, strict=True):
             outcomes[i] = outcome
     instants = {slot: now for slot, (now, _) in zip(slots, peeks, strict=True)}
-    if mode == "peek" or not all(o is not None and o.allowed for o in outcomes):
+    if mode == "peek":
+        return instants, [o for o in outcomes if o is not None], None
+    if not all(o is not None and o.allowed for o in outcomes):
+        await _start_blocks(run, evaluate, ordered, checks, storage_keys, outcomes, now_us)
         return instants, [o for o in outcomes if o is not None], None
     committed: list[tuple[list[int], int]] = []
     for slot, group in zip(slots, ordered, strict=True):
@@ -76,3 +79,31 @@ async def run_across_slots(
         committed.append((group, now))
         instants[slot] = now
     return instants, [o for o in outcomes if o is not None], None
+
+
+async def _start_blocks(
+    run: Callable[[list[int], Mode, int | None], Awaitable[tuple[int, list[Outcome]]]],
+    evaluate: Evaluate,
+    ordered: list[list[int]],
+    checks: Sequence[Check],
+    storage_keys: Sequence[str],
+    outcomes: list[Outcome | None],
+    now_us: int | None,
+) -> None:
+    """A refused request starts the blocks of its refused checks with a block: a hit of
+    their slots (refused there too, so it consumes nothing, and starts the block)."""
+    for group in ordered:
+        if not any(checks[i].block is not None and not _passes(outcomes[i]) for i in group):
+            continue
+        now, group_outcomes = await run(group, "hit", now_us)
+        if all(o.allowed for o in group_outcomes):  # it passes now after all: undo it
+            await evaluate(
+                "refund", [checks[i] for i in group], [storage_keys[i] for i in group], now
+            )
+            continue
+        for i, outcome in zip(group, group_outcomes, strict=True):
+            outcomes[i] = outcome
+
+
+def _passes(outcome: Outcome | None) -> bool:
+    return outcome is not None and outcome.allowed

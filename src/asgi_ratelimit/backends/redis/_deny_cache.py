@@ -5,6 +5,7 @@ touched (nothing changed: a denied request consumes nothing). Until the instant 
 could pass, a request with checks all found here is decided in-process by the same pure
 algorithm on that state, which is the computation the script would do: same decision, same
 remaining, same retry_after. Anything the cache cannot answer with a denial goes to Redis.
+Checks with a block (`Block`) are never kept: a block refuses past what the state says.
 
 Time. With an injected clock both sides use it and the answer is exact. With the server's
 clock, each entry records the server time ``s`` read by the script and the local monotonic
@@ -112,7 +113,12 @@ class DenyCache:
             self.forget(storage_keys)
             return
         retry = max(outcome.retry_us for outcome in outcomes if not outcome.allowed)
-        if math.isinf(retry) or len(set(storage_keys)) != len(storage_keys):
+        if (
+            math.isinf(retry)
+            or len(set(storage_keys)) != len(storage_keys)
+            # a block refuses past what the limit's state says: only Redis knows it
+            or any(check.block is not None for check in checks)
+        ):
             self.forget(storage_keys)
             return
         if len(self._entries) + len(storage_keys) > self.max_entries:

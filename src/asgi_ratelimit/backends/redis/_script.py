@@ -22,7 +22,7 @@ from typing import Literal
 
 from ..._rates import Limit
 from ...algorithms import Outcome, State
-from .._protocol import Check
+from .._protocol import Block, Check
 from ._resp import frame
 
 __all__ = [
@@ -80,23 +80,31 @@ ALGORITHM_CODES = {
 }
 
 
-def check_arg(limit: Limit, cost: float) -> bytes:
-    """ARGV of one check: five doubles (code, amount, period_us, burst, cost), made once."""
+def check_arg(limit: Limit, cost: float, block: Block | None = None) -> bytes:
+    """ARGV of one check: five doubles (code, amount, period_us, burst, cost), then its
+    block's reset_us, count and durations_us when it has one; made once."""
     by_cost = _CHECK_ARGS.get(limit.id)
     if by_cost is None:
         by_cost = _CHECK_ARGS[limit.id] = {}
-    arg = by_cost.get(cost)
+    known = cost if block is None else (cost, block)
+    arg = by_cost.get(known)
     if arg is None:
         # Doubles carry every value exactly: integers below 2^53 and the cost as given.
         code = float(ALGORITHM_CODES[limit.algorithm])
         arg = _CHECK.pack(code, limit.amount, limit.period_us, limit.burst, cost)
+        if block is not None:
+            durations = block.durations_us
+            arg += struct.pack(
+                f"<{2 + len(durations)}d", block.reset_us, len(durations), *durations
+            )
         if len(by_cost) < 64:  # costs computed per request must not grow it without end
-            by_cost[cost] = arg
+            by_cost[known] = arg
     return arg
 
 
-#: limit id -> cost -> the check's ARGV (limits are few and fixed: the rules' and the code's).
-_CHECK_ARGS: dict[str, dict[float, bytes]] = {}
+#: limit id -> cost (and block) -> the check's ARGV (limits are few and fixed: the rules'
+#: and the code's).
+_CHECK_ARGS: dict[str, dict[float | tuple[float, Block], bytes]] = {}
 _CHECK = struct.Struct("<5d")
 _HEAD = struct.Struct("<2d")
 
@@ -125,7 +133,7 @@ def encode(
     clock = "t" if now_us is None else now_us
     args: list[str | bytes] = [f"{mode} {clock} {1 if want_state else 0} {ttl_margin_ms}"]
     for check in checks:
-        args.append(check_arg(check.limit, check.cost))
+        args.append(check_arg(check.limit, check.cost, check.block))
     return args
 
 
@@ -146,7 +154,7 @@ def framed_args(
             _FRAMED[head] = framed
     args = [framed]
     for check in checks:
-        arg = check_arg(check.limit, check.cost)
+        arg = check_arg(check.limit, check.cost, check.block)
         framed = _FRAMED.get(arg)
         if framed is None:
             framed = frame(arg)

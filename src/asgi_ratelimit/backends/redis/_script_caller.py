@@ -23,12 +23,14 @@ from ._node import Node
 from ._resp import command, frame, pack
 from ._script import FUNCTION_NAME, LIBRARY, SCRIPT, SCRIPT_SHA, Mode, framed_args
 
-__all__ = ["ScriptCaller", "Send"]
+__all__ = ["BLOCK_SUFFIX", "ScriptCaller", "Send"]
 
 logger = logging.getLogger("asgi_ratelimit")
 
 #: Sends one command to the server that holds the call's keys; answers the reply.
 Send = Callable[[bytes], Awaitable[Any]]
+#: A check's block key is its storage key and this: in its hash tag, hence its slot.
+BLOCK_SUFFIX = "!"
 #: Storage keys whose RESP frame is remembered (about 150 bytes each).
 _FRAMED_KEYS = 40_000
 #: A call of the script that decides nothing: it proves the script runs there.
@@ -55,6 +57,9 @@ class ScriptCaller:
     ) -> Any:
         """The script's reply (bytes) for these checks."""
         keys = self._framed_keys(storage_keys)
+        for check, key in zip(checks, storage_keys, strict=True):
+            if check.block is not None:  # its block's key follows the checks' keys
+                keys += self._framed_keys([key + BLOCK_SUFFIX])
         args = framed_args(
             mode, checks, now_us=now_us, want_state=want_state, ttl_margin_ms=self._ttl_margin_ms
         )

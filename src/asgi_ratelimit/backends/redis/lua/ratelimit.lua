@@ -7,7 +7,8 @@
 -- backlog *relative* to the instant it was written ("backlog at"), never now * amount, which
 -- would pass 2^53; the token bucket clamps its refill before multiplying for the same reason.
 --
--- KEYS[i]   - the state key of check i (on Redis Cluster, all keys of one call in one slot)
+-- KEYS[i]   - the state key of check i (on Redis Cluster, all keys of one call in one slot);
+--             after the checks' keys, the block key of each check that has a block, in order
 -- ARGV[1]   - "mode now want_state margin_ms", space-separated:
 --             mode "hit" (decide; store only if every check passes), "peek" (decide, store
 --             nothing) or "refund" (give back the costs of a "hit" made at now);
@@ -16,7 +17,8 @@
 --             margin_ms added to every TTL (0 with the server's clock)
 -- ARGV[1+i] - check i: five little-endian doubles (struct "<ddddd"): algorithm code
 --             (1 fixed_window, 2 sliding_window_log, 3 sliding_window_counter, 4 token_bucket,
---             5 gcra, 6 leaky_bucket), amount, period_us, burst, cost
+--             5 gcra, 6 leaky_bucket), amount, period_us, burst, cost; for a check with a
+--             block (Block in backends/_protocol.py), then reset_us, n and n durations_us
 -- returns   - one binary string: two doubles (struct "<dd"): now_us and flags (1: all
 --             allowed; 2: the numbers that follow are integers; 4: a number passes 2^53,
 --             and all are sent as text after its length: "n n n n n n n;..."), then seven numbers per
@@ -840,6 +842,65 @@ local function refund(key, code, now, amount, period, burst, cost, is_big_check)
   redis.call('SET', key, pack_state(code, state, amount, period, burst), 'KEEPTTL')
 end
 
+-- Blocks (Block in backends/_protocol.py; MemoryBackend._start_blocks does the same) ---------
+-- A block key holds "until_us violations forget_us": the violations count until forget_us,
+-- the later of the block's end and reset_us after the latest violation (kept in the value,
+-- not only as the TTL, so that an injected clock decides it exactly as MemoryBackend does).
+local block_cache  -- per call (set in main: a function library's definitions outlive calls)
+
+local function block_of(key)
+  local found = block_cache[key]
+  if not found then
+    local raw = redis.call('GET', key)
+    local until_us, violations = 0, 0
+    if raw then
+      local u, v, f = match(raw, '^(%d+) (%d+) (%d+)$')
+      if u and tonumber(f) > NOW then until_us, violations = tonumber(u), tonumber(v) end
+    end
+    found = {until_us, violations}
+    block_cache[key] = found
+  end
+  return found
+end
+
+-- A check of a blocked key: refused, nothing left, and passing only once the block is over
+-- and its limit (own: its outcome) agrees.
+local function blocked(c, state, now, until_us, own)
+  local free = (c[7] and DECIDE_BIG or DECIDE)[c[2]](state, now, c[3], c[4], c[5], 0)
+  local wait = until_us - now
+  local retry = wait
+  if not own[1] and own[4] > wait then retry = own[4] end
+  local reset = free[3]
+  if type(reset) ~= 'table' and reset < wait then reset = wait end
+  return {false, 0, reset, retry, 0, nil, free[7], 0}
+end
+
+-- Block the keys whose checks with a block their limit refused (once per key per call);
+-- a refusal by the block itself is not a violation.
+local function start_blocks(checks, outcomes, now, margin_ms)
+  local started = {}
+  for i, c in ipairs(checks) do
+    local o = outcomes[i]
+    if c[8] and not o[1] and o[4] ~= huge then
+      local key = c[8][1]
+      local until_us = started[key]
+      if not until_us then
+        local previous = block_of(key)
+        if previous[1] <= now then
+          local violations = previous[2] + 1
+          local durations = c[8][3]
+          until_us = now + durations[math.min(violations, #durations)]
+          local expires = math.max(until_us, now + c[8][2])
+          redis.call('SET', key, format('%d %d %d', until_us, violations, expires), 'PX',
+                     ceil((expires - now) / 1000) + margin_ms)
+          started[key] = until_us
+        end
+      end
+      if until_us and until_us - now > o[4] then o[4] = until_us - now end
+    end
+  end
+end
+
 -- main -----------------------------------------------------------------------------------------
 local mode, clock, want, margin = match(ARGV[1], '^(%a+) (%S+) (%d) (%d+)$')
 local now
@@ -864,9 +925,19 @@ local want_state = want == '1'
 local margin_ms = tonumber(margin)
 
 local checks = {}
-for i = 1, #KEYS do
-  local code, amount, period, burst, cost = unpack_struct('<ddddd', ARGV[i + 1])
+local blocks = 0
+block_cache = {}
+for i = 1, #ARGV - 1 do
+  local arg = ARGV[i + 1]
+  local code, amount, period, burst, cost = unpack_struct('<ddddd', arg)
   checks[i] = {KEYS[i], code, amount, period, burst, cost, is_big(code, period, burst)}
+  if #arg > 40 then  -- a block: its key follows the checks' keys
+    blocks = blocks + 1
+    local reset, n = unpack_struct('<dd', arg, 41)
+    local durations = {}
+    for j = 1, n do durations[j] = unpack_struct('<d', arg, 57 + (j - 1) * 8) end
+    checks[i][8] = {KEYS[#ARGV - 1 + blocks], reset, durations}
+  end
 end
 
 if mode == 'refund' then
@@ -886,6 +957,10 @@ for i, c in ipairs(checks) do
     seen[c[1]] = entry
   end
   local outcome = (c[7] and DECIDE_BIG or DECIDE)[c[2]](entry.state, now, c[3], c[4], c[5], c[6])
+  if c[8] then
+    local until_us = block_of(c[8][1])[1]
+    if until_us > now then outcome = blocked(c, entry.state, now, until_us, outcome) end
+  end
   outcomes[i] = outcome
   if outcome[1] then
     if outcome[6] ~= nil then entry.state = outcome[6] end
@@ -902,6 +977,10 @@ if not (mode == 'hit' and all_allowed) then
       outcomes[i] = (c[7] and DECIDE_BIG or DECIDE)[c[2]](seen[c[1]].before, now, c[3], c[4], c[5], 0)
     end
   end
+end
+
+if mode == 'hit' and not all_allowed and blocks > 0 then
+  start_blocks(checks, outcomes, now, margin_ms)
 end
 
 if mode == 'hit' and all_allowed then
