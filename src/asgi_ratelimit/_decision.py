@@ -27,11 +27,20 @@ __all__ = [
     "Mode",
     "Policy",
     "PolicyStatus",
+    "ResponseHeaders",
+    "Settle",
+    "SettleCost",
     "decide_from",
     "refund",
 ]
 
 FailurePolicy = Literal["allow", "deny", "fallback"]
+#: A response's headers as ``settle`` callables see them: lower-case names, text values
+ResponseHeaders = dict[str, str]
+#: ``settle(status, headers) -> actual cost`` of a request, after its response
+SettleCost = Callable[[int, ResponseHeaders], float]
+#: What the doors leave for after the response: ``settle(status, headers)``
+Settle = Callable[[int, ResponseHeaders], "Awaitable[None] | None"]
 #: ``enforce`` refuses; ``shadow`` decides and counts but refuses and delays nothing;
 #: ``off`` decides nothing (no backend call, no headers).
 Mode = Literal["enforce", "shadow", "off"]
@@ -62,6 +71,9 @@ class Policy(NamedTuple):
     #: ``count_when(status) -> bool``: the request counts only when its response's status
     #: passes (None: every admitted request counts)
     count_when: Callable[[int], bool] | None = None
+    #: ``settle(status, headers) -> cost``: the request's actual cost, known after its
+    #: response (None: the cost charged before is final)
+    settle: SettleCost | None = None
 
 
 # Not frozen: a frozen dataclass costs ~1 us more to build, and one of these is built per
@@ -136,11 +148,10 @@ class Decision:
     #: the failure policy that decided because the backend failed (``"allow"``, ``"deny"``
     #: or ``"fallback"``); None when the backend answered
     outage: FailurePolicy | None = None
-    #: ``settle(status)`` after the response: gives back what policies with a ``count_when``
-    #: do not count for that status (None when no policy has one); the middleware calls it
-    settle: Callable[[int], Awaitable[None] | None] | None = field(
-        default=None, repr=False, compare=False
-    )
+    #: ``settle(status, headers)`` after the response: gives back what policies with a
+    #: ``count_when`` do not count for that status, and settles the costs of policies with a
+    #: ``settle`` (None when no policy has either); the middleware calls it
+    settle: Settle | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def unlimited(cls, identity: Identity | None = None) -> Decision:

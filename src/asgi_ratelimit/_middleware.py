@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ._decision import Decision
+from ._decision import Decision, ResponseHeaders, Settle
 from ._errors import ConfigurationError
 from ._limiter import RateLimiter
 from ._log_once import LogOnce
@@ -149,22 +149,25 @@ class RateLimitMiddleware:
         scope: Scope,
         receive: Receive,
         send: Send,
-        settle: Callable[[int], Awaitable[None] | None] | None,
+        settle: Settle | None,
     ) -> None:
-        """Run the app, then give back what the ``count_when`` of the rules (``settle``) and
-        of the route limits (what they leave in the request state) do not count for the
-        status it answered (500 when it raised before answering). Each request was counted
+        """Run the app, then settle the request with the status and headers it answered
+        (500 and none when it raised before answering): give back what the ``count_when`` of
+        the rules (``settle``) and of the route limits (what they leave in the request
+        state) do not count, and charge the rules' ``settle`` costs. Each request was counted
         before the app ran, so concurrent requests never pass more than the limit."""
-        settles: list[Callable[[int], Awaitable[None] | None]] = []
+        settles: list[Settle] = []
         scope["state"][SETTLES] = settles  # the state holds this request's decision already
         if settle is not None:
             settles.append(settle)
         status = 500
+        headers: ResponseHeaders = {}
 
         async def recording(message: Message) -> None:
-            nonlocal status
+            nonlocal status, headers
             if message["type"] == "http.response.start":
                 status = message["status"]
+                headers = _text_headers(message.get("headers") or ())
             await send(message)
 
         try:
@@ -174,13 +177,11 @@ class RateLimitMiddleware:
             if current is not None and current.charge is not None:  # no door refunded it all
                 for each in settles:
                     try:
-                        pending = each(status)
+                        pending = each(status, headers)
                         if pending is not None:
                             await pending
                     except Exception as exc:  # a refund is owed, not vital
-                        self._log.error(
-                            "settle", "giving back an uncounted request failed (%r)", exc
-                        )
+                        self._log.error("settle", "settling a request failed (%r)", exc)
 
     def _starting(self, send: Send) -> Send:
         """``send``, starting the limiter (its rules file's poll, the live overrides' sync)
@@ -271,6 +272,16 @@ class RateLimitMiddleware:
             if checked.policies and self._adds_headers:
                 send = adding_headers(send, self._render(checked), "websocket.accept")
         await self.app(scope, receive, send)
+
+
+def _text_headers(raw: Any) -> ResponseHeaders:
+    """A response's headers for ``settle`` callables: lower-case names, repeated ones joined."""
+    headers: ResponseHeaders = {}
+    for name, value in raw:
+        key = bytes(name).decode("latin-1").lower()
+        text = bytes(value).decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return headers
 
 
 def _preflight(scope: Scope) -> bool:

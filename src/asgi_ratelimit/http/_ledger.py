@@ -21,8 +21,8 @@ from .._log_once import LogOnce
 __all__ = ["SETTLES", "decided", "refund_all", "remember"]
 
 Scope = MutableMapping[str, Any]
-#: The request state's list of ``settle(status)`` the route-level doors leave for after the
-#: response (``count_when``); the middleware puts it there and runs them.
+#: The request state's list of ``settle(status, headers)`` the route-level doors leave for
+#: after the response (``count_when``); the middleware puts it there and runs them.
 SETTLES = "asgi_ratelimit.settles"
 _log = LogOnce()
 

@@ -14,21 +14,22 @@ request (client IP, constant costs, the memory backend) is decided without one.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Literal, NamedTuple
 
-from .._decision import Charge, Decision, Policy
+from .._decision import Charge, Decision, Policy, ResponseHeaders, Settle
 from .._engine import Engine
 from .._identity import Identity
 from .._named import new_named
 from .._overrides import Override, Overrides
 from .._rates import LimitsLike
-from ..backends._protocol import Check
+from ..backends._protocol import Backend, Check
 from ._access import AccessList
 from ._identity import IdentityResolver
 from ._own_keys import own_key
 from ._rules import Rule, TieredLimits, validate_cost
 from ._ruleset import Plan, PlanEntry, Route, RuleSet
+from ._settled_costs import charge_at_most, differences
 from ._validation import Validation
 from .identity._base import IdentitySource, Scope
 
@@ -175,26 +176,38 @@ class RequestPolicy:
         decision = self.engine.decide(checks, policies, identity, consume)
         if inspect.isawaitable(decision):
             decision = await decision
-        if decision.charge is not None and any(p.count_when for p in policies):
+        if decision.charge is not None and any(p.count_when or p.settle for p in policies):
             decision.settle = self._settler(checks, policies, decision.charge)
         return decision
 
     def _settler(
         self, checks: Sequence[Check], policies: Sequence[Policy], charge: Charge
-    ) -> Callable[[int], Awaitable[None] | None]:
-        """``settle(status)``: give back the checks of the policies whose ``count_when`` does
-        not count ``status`` (of those the decision charged: shadow modes may charge fewer)."""
+    ) -> Settle:
+        """``settle(status, headers)``: give back the checks of the policies whose
+        ``count_when`` does not count ``status``, and settle the costs of those with a
+        ``settle`` (of the checks the decision charged: shadow modes may charge fewer)."""
         backend, charged, at, _ = charge
         counted = {id(check) for check in charged}
-        conditional = [
+        pending = [
             (check, policy)
             for check, policy in zip(checks, policies, strict=True)
-            if policy.count_when is not None and id(check) in counted
+            if (policy.count_when is not None or policy.settle is not None) and id(check) in counted
         ]
 
-        def settle(status: int) -> Awaitable[None] | None:
-            back = [check for check, policy in conditional if not self._counts(policy, status)]
-            return backend.refund(back, at) if back else None
+        def settle(status: int, headers: ResponseHeaders) -> Awaitable[None] | None:
+            back: list[Check] = []
+            settled: list[tuple[Check, Policy]] = []
+            for check, policy in pending:
+                if policy.count_when is not None and not self._counts(policy, status):
+                    back.append(check)
+                elif policy.settle is not None:
+                    settled.append((check, policy))
+            more: list[Check] = []
+            if settled:
+                less, more = differences(settled, status, headers, self.identities.log)
+                back += less
+            refunded = backend.refund(back, at) if back else None
+            return _then_charge(refunded, backend, more) if more else refunded
 
         return settle
 
@@ -315,6 +328,14 @@ class RequestPolicy:
             f"cost:{rule.name}", "cost of rule %r failed (%r); counting 1", rule, exc
         )
         return 1
+
+
+async def _then_charge(
+    refunded: Awaitable[None] | None, backend: Backend, more: list[Check]
+) -> None:
+    if refunded is not None:
+        await refunded
+    await charge_at_most(backend, more)
 
 
 def _applying(checks: list[Check], policies: Sequence[Policy]) -> tuple[list[Check], list[Policy]]:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Literal, get_args
 
-from .._decision import FailurePolicy, Mode, Policy
+from .._decision import FailurePolicy, Mode, Policy, SettleCost
 from .._durations import parse_duration
 from .._engine import validate_failure_policy, validate_mode
 from .._errors import ConfigurationError
@@ -65,6 +65,10 @@ class Rule:
     ``count_when=lambda status: status >= 400`` counts only the responses whose status passes
     (failed logins): each admitted request is counted before the app runs, and given back
     after its response when the status does not pass.
+    ``settle=lambda status, headers: int(headers["x-tokens-used"])`` settles a cost known
+    only after the response: ``cost`` (the estimate) is charged before, and a refusal
+    happens on it; then the difference is given back or charged (never below zero).
+    ``headers`` are the response's, with lower-case names.
     ``block_for="15 minutes"`` refuses a key on the rule for that long after a refusal,
     whatever its window says; a list (``["1 minute", "10 minutes", "1 hour"]``) escalates on
     repeated violations, which are remembered for ``block_reset`` (default one day) after
@@ -86,6 +90,7 @@ class Rule:
         "on_backend_error",
         "path",
         "policies",
+        "settle",
         "static_cost",
         "stop",
         "tiers",
@@ -105,6 +110,8 @@ class Rule:
     mode: Mode | None
     #: ``count_when(status) -> bool``: only responses whose status passes are counted
     count_when: Callable[[int], bool] | None
+    #: ``settle(status, headers) -> cost``: the actual cost, after the response
+    settle: SettleCost | None
     #: the block a refusal starts (``block_for``), or None
     block: Block | None
     #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
@@ -129,6 +136,7 @@ class Rule:
         count_when: Callable[[int], bool] | None = None,
         block_for: BlockLike | None = None,
         block_reset: str | float = "1 day",
+        settle: SettleCost | None = None,
     ) -> None:
         self.path = path
         self._pattern = _compile_path(path)
@@ -158,12 +166,19 @@ class Rule:
                 "bool (e.g. lambda status: status >= 400) or None"
             )
         self.count_when = count_when
+        if settle is not None and not callable(settle):
+            raise ConfigurationError(
+                f"rule {self.name!r}: settle={settle!r} must be a callable (status, headers) "
+                "-> cost (e.g. lambda status, headers: int(headers.get('x-tokens-used', 0))) "
+                "or None"
+            )
+        self.settle = settle
         self.block = self._parse_block(block_for, block_reset)
         self.tiers = self._parse_tiers(limits)
         self.policies = {
             tier: tuple(
                 [
-                    Policy(name, self.on_backend_error, self.mode, path, count_when)
+                    Policy(name, self.on_backend_error, self.mode, path, count_when, settle)
                     for name, _ in named
                 ]
             )

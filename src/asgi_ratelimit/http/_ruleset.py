@@ -54,7 +54,7 @@ class Route(NamedTuple):
     path: str
     rules: tuple[Rule, ...]
     #: nothing to call per request: every rule's cost is a number, its key a built-in kind,
-    #: and it counts every admitted request (no ``count_when``)
+    #: and it counts every admitted request at its cost (no ``count_when``, no ``settle``)
     static: bool
     #: tier -> its `Plan`; the tier None is every tier no rule of the route names
     plans: dict[str | None, Plan]
@@ -160,7 +160,10 @@ class RuleSet:
         paths = route_paths(scope)
         rules = self._match(method, paths)
         static = all(
-            rule.static_cost is not None and not callable(rule.key) and rule.count_when is None
+            rule.static_cost is not None
+            and not callable(rule.key)
+            and rule.count_when is None
+            and rule.settle is None
             for rule in rules
         )
         found = Route(method, paths[0], rules, static, self._plans(rules, paths[0]))

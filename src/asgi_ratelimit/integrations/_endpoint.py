@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._decision import Charge, Decision, FailurePolicy, Policy, PolicyStatus, refund
+from .._decision import (
+    Charge,
+    Decision,
+    FailurePolicy,
+    Policy,
+    PolicyStatus,
+    ResponseHeaders,
+    refund,
+)
 from .._engine import validate_failure_policy
 from .._errors import ConfigurationError
 from .._headers import HeaderRenderer
@@ -179,7 +187,7 @@ class EndpointLimit:
         count_when = self.count_when
         assert count_when is not None
 
-        def settle(status: int) -> Awaitable[None] | None:
+        def settle(status: int, headers: ResponseHeaders) -> Awaitable[None] | None:
             try:
                 counts = bool(count_when(status))
             except Exception as exc:  # counting keeps the limit in force
