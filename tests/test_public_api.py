@@ -18,7 +18,7 @@ PACKAGE = Path(asgi_ratelimit.__file__).parent
 PUBLIC = {
     "asgi_ratelimit": [
         # limiting
-        "Limit", "RateLimitMiddleware", "RateLimiter", "Rule",
+        "Limit", "LoadMonitor", "RateLimitMiddleware", "RateLimiter", "Rule",
         # who is asking
         "APIKey", "ClientIP", "Identity", "JWTSubject",
         # what it answers
@@ -42,6 +42,7 @@ LAYERS = [
         "asgi_ratelimit._clock",
         "asgi_ratelimit._log_once",
         "asgi_ratelimit._named",
+        "asgi_ratelimit._load",
     ),
     ("asgi_ratelimit._rates", "asgi_ratelimit._durations"),
     ("asgi_ratelimit.algorithms",),

@@ -17,6 +17,7 @@ from ._errors import BackendError, ConfigurationError, RateLimitExceeded
 from ._events import DecisionEvent
 from ._identity import Identity
 from ._limiter import RateLimiter
+from ._load import LoadMonitor
 from ._middleware import RateLimitMiddleware
 from ._rates import Limit
 from .backends._memory import MemoryBackend
@@ -26,6 +27,7 @@ from .http.identity import APIKey, ClientIP, JWTSubject
 __all__ = [
     # limiting
     "Limit",
+    "LoadMonitor",
     "RateLimitMiddleware",
     "RateLimiter",
     "Rule",

@@ -240,7 +240,12 @@ def decide_from(
         outcome = outcomes[0]
         limit = checks[0].limit
         remaining = outcome.remaining
-        if outcome.allowed and remaining.__class__ is int and 0 <= remaining <= limit.burst:
+        if (
+            outcome.allowed
+            and remaining.__class__ is int
+            and 0 <= remaining <= limit.burst
+            and limit.advertised is limit  # (a soft limit's headers say less: `_status`)
+        ):
             # `_status` of an admitted whole count (every request of a whole cost), and the
             # Decision of that one status, inlined: every request.
             name = policies[0].name
@@ -259,7 +264,7 @@ def decide_from(
         status = _status(policies[0].name, limit, outcome)
         decision = Decision(
             status.allowed,
-            limit.burst,
+            status.limit.burst,
             status.remaining,
             status.reset_after,
             status.retry_after,
@@ -281,8 +286,11 @@ def decide_from(
     return decision
 
 
-def _status(name: str, limit: Limit, outcome: Outcome) -> PolicyStatus:
-    remaining = outcome.remaining
+def _status(name: str, enforced: Limit, outcome: Outcome) -> PolicyStatus:
+    # A soft limit is enforced as a larger one and advertised as itself: what is left of
+    # the advertised limit is what is left beyond the soft extra (0 while using it).
+    limit = enforced.advertised
+    remaining = outcome.remaining - (enforced.burst - limit.burst)
     if remaining.__class__ is not int or not 0 <= remaining <= limit.burst:
         remaining = max(0, min(limit.burst, math.floor(remaining)))
     if outcome.allowed:

@@ -26,6 +26,7 @@ from typing import get_args
 from ._decision import Charge, Decision, FailurePolicy, Mode, Policy, PolicyStatus, decide_from
 from ._errors import BackendError, ConfigurationError
 from ._identity import Identity
+from ._load import LoadMonitor
 from .backends._memory import MemoryBackend
 from .backends._protocol import Backend, Check, Result
 
@@ -57,6 +58,7 @@ class Engine:
         on_backend_error: FailurePolicy = "allow",
         mode: Mode = "enforce",
         policy_modes: bool = False,
+        load: LoadMonitor | None = None,
     ) -> None:
         if not isinstance(backend, Backend):
             raise ConfigurationError(
@@ -70,6 +72,8 @@ class Engine:
         self._failures_logged: set[str] = set()
         #: whether some policy has a mode of its own (a rule's ``mode=``)
         self.policy_modes = policy_modes
+        #: says when there is capacity to spare: elastic limits then stretch
+        self.load = load
         self.mode = mode
 
     @property
@@ -81,8 +85,13 @@ class Engine:
     def mode(self, mode: Mode) -> None:
         self._mode = validate_mode(mode, "mode")
         # Bound here, not tested per request: when every policy enforces (most apps), the
-        # doors call the plain `decide` and modes cost nothing.
-        if self._mode == "enforce" and not self.policy_modes:
+        # doors call the plain `decide` and modes cost nothing; without a load monitor,
+        # elastic limits cost nothing either.
+        plain = self._mode == "enforce" and not self.policy_modes
+        self._by_mode = Engine.decide.__get__(self) if plain else self._decide_in_modes
+        if self.load is not None:
+            self.decide = self._decide_elastic  # type: ignore[method-assign]
+        elif plain:
             vars(self).pop("decide", None)
         else:
             self.decide = self._decide_in_modes  # type: ignore[method-assign]
@@ -142,7 +151,8 @@ class Engine:
             failure = policy.on_backend_error or self.on_backend_error
             if failure == "deny":
                 wait = OUTAGE_RETRY_AFTER
-                statuses.append(PolicyStatus(policy.name, check.limit, False, 0, wait, wait, wait))
+                shown = check.limit.advertised
+                statuses.append(PolicyStatus(policy.name, shown, False, 0, wait, wait, wait))
             elif failure == "fallback":
                 fallback.append((check, policy))
         if statuses or not fallback:
@@ -158,6 +168,25 @@ class Engine:
         decision = decide_from(named, local, result.outcomes, identity, charge)
         decision.outage = "fallback"
         return decision
+
+    def _decide_elastic(
+        self,
+        checks: Sequence[Check],
+        policies: Sequence[Policy],
+        identity: Identity | None,
+        consume: bool = True,
+    ) -> Decision | Awaitable[Decision]:
+        """`decide`, each request costing ``1 / elastic`` of its elastic limits while the
+        load monitor reports capacity to spare: they admit ``elastic`` times as much."""
+        assert self.load is not None
+        if any(check.limit.elastic != 1.0 for check in checks) and self.load.spare:
+            checks = [
+                check._replace(cost=check.cost / check.limit.elastic)
+                if check.limit.elastic != 1.0
+                else check
+                for check in checks
+            ]
+        return self._by_mode(checks, policies, identity, consume)
 
     def _decide_in_modes(
         self,

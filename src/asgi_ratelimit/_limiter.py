@@ -24,6 +24,7 @@ from ._errors import ConfigurationError
 from ._events import DecisionEvent, Observer, Observers, outcome_of
 from ._headers import HEADER_STYLES, HeaderRenderer
 from ._identity import Identity
+from ._load import LoadMonitor
 from ._named import new_named
 from ._overrides import Overrides
 from ._rates import Limit, LimitsLike, parse_limits
@@ -103,6 +104,7 @@ class RateLimiter:
         rules_file: str | os.PathLike[str] | None = None,
         reload_rules_every: float | None = None,
         validate: bool = True,
+        load: LoadMonitor | None = None,
     ) -> None:
         if not isinstance(validate, bool):
             raise ConfigurationError(f"validate={validate!r}: must be True or False")
@@ -110,13 +112,19 @@ class RateLimiter:
             raise ConfigurationError(
                 f"headers={headers!r}: unknown style (use 'both', 'legacy', 'ietf' or 'none')"
             )
+        if load is not None and not isinstance(load, LoadMonitor):
+            raise ConfigurationError(
+                f"load={load!r}: pass a LoadMonitor(max_in_flight=..., max_loop_lag=...)"
+            )
+        #: says when there is capacity to spare (elastic limits), or None
+        self.load = load
         self.backend: Backend = backend if backend is not None else MemoryBackend()
         #: the rules from code, and from ``rules_file`` (read again by `reload_rules`)
         self.rules_source = RulesSource(
             rules, default_limits, default_tier, allow, deny, rules_file, reload_rules_every
         )
         config = self.rules_source.read()
-        self.engine = Engine(self.backend, on_backend_error, mode, config.has_modes)
+        self.engine = Engine(self.backend, on_backend_error, mode, config.has_modes, load)
         #: live limits per identity, in every worker: ``await limiter.overrides.set(...)``
         self.overrides = Overrides(self.backend)
         self.policy = RequestPolicy(
@@ -149,6 +157,7 @@ class RateLimiter:
             self.policy.validation.requests_to_inspect
             or self.rules_source.every
             or self.overrides.shared
+            or load is not None
         ):
             self.check = self._starting_check  # the first requests only
         #: the limiter's one header renderer (its caches are its own, and bounded)
@@ -206,6 +215,8 @@ class RateLimiter:
         (``reload_rules_every``) and keeping the live overrides current (a shared backend).
         The middleware calls it at start-up, and the first request does when there is none."""
         self.overrides.start()
+        if self.load is not None:
+            self.load.start()
         if self._poller is not None or not self.rules_source.every:
             return
         try:
@@ -217,6 +228,8 @@ class RateLimiter:
     async def stop(self) -> None:
         """Stop the background work (the middleware calls it at shutdown)."""
         await self.overrides.stop()
+        if self.load is not None:
+            await self.load.stop()
         poller, self._poller = self._poller, None
         if poller is not None:
             poller.cancel()
@@ -358,7 +371,9 @@ class RateLimiter:
                     self._direct_limits.clear()
                 self._direct_limits[limits] = parsed  # type: ignore[index]
         unique, policies = parsed
-        return [new_named(Check, (key, limit, cost, "", None)) for limit in unique], policies
+        return [
+            new_named(Check, (key, limit.enforced, cost, "", None)) for limit in unique
+        ], policies
 
     # -- HTTP ----------------------------------------------------------------------------------
 

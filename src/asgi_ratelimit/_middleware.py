@@ -86,6 +86,8 @@ class RateLimitMiddleware:
             if not isinstance(flag, bool):
                 raise ConfigurationError(f"{name}={flag!r}: must be True or False")
         self.app: ASGIApp = _asgi3(app)
+        if limiter.load is not None:  # the requests it admits are the load's in flight
+            self.app = limiter.load.counting(self.app)
         self.limiter = limiter
         self.websocket = websocket
         #: the middleware's own, else the limiter's (which every door honours)

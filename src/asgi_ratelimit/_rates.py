@@ -5,6 +5,7 @@ This module knows nothing but rates: no clock, no storage, no web framework.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from typing import Literal, get_args
@@ -78,9 +79,33 @@ class Limit:
 
     ``burst`` is the capacity of the bucket kinds (token bucket, GCRA, leaky bucket); it
     defaults to ``amount``. A plain string is accepted wherever a `Limit` is.
+
+    Throttling that bends:
+
+        Limit("100/minute", soft=0.1)      # admits 110, advertises 100 (r=0 from the 100th)
+        Limit("100/minute", elastic=2.0)   # admits up to 200 while the server has capacity
+                                           # to spare (RateLimiter(load=LoadMonitor(...))),
+                                           # exactly 100 when it does not
+
+    ``soft`` is a share above the limit that is admitted without being advertised (the
+    headers say 100, ``r`` reaches 0 at 100 and the extra requests pass with ``r=0``);
+    ``elastic`` is how many times the limit a request may use while the limiter's
+    `LoadMonitor` reports spare capacity (each request then costs ``1 / elastic``).
     """
 
-    __slots__ = ("algorithm", "amount", "burst", "id", "period", "period_us", "text")
+    __slots__ = (
+        "advertised",
+        "algorithm",
+        "amount",
+        "burst",
+        "elastic",
+        "enforced",
+        "id",
+        "period",
+        "period_us",
+        "soft",
+        "text",
+    )
 
     amount: int
     period: int
@@ -89,6 +114,14 @@ class Limit:
     burst: int
     text: str
     id: str
+    #: the share above the limit admitted without being advertised (0: none)
+    soft: float
+    #: how many times the limit is admitted while there is capacity to spare (1: never more)
+    elastic: float
+    #: the limit the backends enforce: this one, or for a soft limit the larger one
+    enforced: Limit
+    #: the limit the headers advertise: this one (for an enforced soft limit, the soft one)
+    advertised: Limit
 
     def __init__(
         self,
@@ -96,6 +129,8 @@ class Limit:
         *,
         algorithm: AlgorithmName = DEFAULT_ALGORITHM,
         burst: int | None = None,
+        soft: float = 0.0,
+        elastic: float = 1.0,
     ) -> None:
         if not isinstance(rate, str):
             raise ConfigurationError(
@@ -136,6 +171,32 @@ class Limit:
         suffix = f"b{capacity}" if capacity != amount else ""
         # Stable and compact: it names the storage of this limit for one key.
         self.id = f"{amount}:{period}:{code}{suffix}"
+        self.soft = _share("soft", rate, soft, 0.0, 10.0, "0.1 (10% above the limit)")
+        self.elastic = _share("elastic", rate, elastic, 1.0, 100.0, "2.0 (twice the limit)")
+        if self.elastic != 1.0:
+            self.id += f"e{self.elastic!r}"
+        self.advertised = self.enforced = self
+        if self.soft:
+            self.id += f"s{self.soft!r}"
+            self.enforced = self._enforcing(unit_text)
+
+    def _enforcing(self, unit_text: str) -> Limit:
+        """The larger limit a soft one is enforced as: ``soft`` more of amount and burst."""
+        amount = self.amount + math.floor(self.amount * self.soft + 1e-9)
+        burst = self.burst + math.floor(self.burst * self.soft + 1e-9)
+        if burst > MAX_AMOUNT:
+            raise ConfigurationError(
+                f"limit {_quote(self.text)}: soft={self.soft!r} admits {burst}, more than "
+                f"{MAX_AMOUNT} per period (lower soft or the amount)"
+            )
+        enforced = object.__new__(Limit)
+        enforced.amount, enforced.burst = amount, burst
+        enforced.period, enforced.period_us = self.period, self.period_us
+        enforced.algorithm, enforced.elastic, enforced.soft = self.algorithm, self.elastic, 0.0
+        enforced.text = f"{amount}/{unit_text}"
+        enforced.id = f"{self.id}>{amount}:{burst}"  # its own storage: never a plain limit's
+        enforced.enforced, enforced.advertised = enforced, self
+        return enforced
 
     @classmethod
     def parse(cls, text: str) -> Limit:
@@ -151,6 +212,10 @@ class Limit:
         extra = "" if self.algorithm == DEFAULT_ALGORITHM else f", algorithm={self.algorithm!r}"
         if self.burst != self.amount:
             extra += f", burst={self.burst}"
+        if self.soft:
+            extra += f", soft={self.soft!r}"
+        if self.elastic != 1.0:
+            extra += f", elastic={self.elastic!r}"
         return f"Limit({self.text!r}{extra})"
 
     def __str__(self) -> str:
@@ -212,6 +277,21 @@ def _parse_rate(rate: str) -> tuple[int, int, str]:
         )
     unit_text = unit if multiplier == 1 else f"{multiplier} {unit}s"
     return amount, period, unit_text
+
+
+def _share(name: str, rate: str, value: object, low: float, high: float, example: str) -> float:
+    """A ``soft`` or ``elastic`` factor: a finite number in ``[low, high]``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
+        raise ConfigurationError(
+            f"limit {_quote(rate)}: {name}={value!r} must be a number from {low:g} to "
+            f"{high:g}, e.g. {example}"
+        )
+    return float(value)
 
 
 def _clip(text: str, width: int = 40) -> str:

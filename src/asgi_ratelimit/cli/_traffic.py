@@ -122,7 +122,7 @@ def replay(limit: Limit, times: list[float], progress: Callable[[int], None] | N
     clock = _Clock()
     backend = MemoryBackend(clock=clock)
     run = Run(limit.algorithm, limit)
-    check = [Check("simulate", limit, 1, "")]
+    check = [Check("simulate", limit.enforced, 1, "")]
     for at in times:
         clock.now = START + at
         result = backend.decide(check)

@@ -19,6 +19,7 @@ from typing import Literal, NamedTuple
 
 from .._decision import Charge, Decision, Policy, ResponseHeaders, Settle
 from .._engine import Engine
+from .._errors import ConfigurationError
 from .._identity import Identity
 from .._named import new_named
 from .._overrides import Override, Overrides
@@ -93,7 +94,13 @@ class RequestPolicy:
         for rule in ruleset.all_rules:
             for named in rule.tiers.values():
                 for _, limit in named:
-                    self.engine.backend.validate_limit(limit)
+                    self.engine.backend.validate_limit(limit.enforced)
+                    if limit.elastic != 1.0 and self.engine.load is None:
+                        raise ConfigurationError(
+                            f"rule {rule.name!r}: limit {limit!r} is elastic: give "
+                            "RateLimiter(load=LoadMonitor(...)), which says when there is "
+                            "capacity to spare"
+                        )
         previous: RuleSet | None = getattr(self, "rules", None)
         if previous is not None:
             ruleset.exempt = previous.exempt  # the usage endpoint's path stays exempt
@@ -359,7 +366,7 @@ def _overridden(plan: Plan, route: Route, found: dict[str, Override]) -> Plan:
         elif not any(done[0] == index for done in limits):  # a rule's limits, once
             many = len(override.limits) > 1
             for limit in override.limits:
-                limits.append((index, entry[1], limit, entry[3], entry[4], entry[5]))
+                limits.append((index, entry[1], limit.enforced, entry[3], entry[4], entry[5]))
                 name = f"{rule.name} {limit.text}" if many else rule.name
                 policies.append(policy._replace(name=name))
     return Plan(tuple(limits), tuple(policies))

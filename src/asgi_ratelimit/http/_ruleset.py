@@ -187,7 +187,7 @@ class RuleSet:
                 own = rule.tier_of(tier, self.default_tier)
                 budget = rule.budget_of(path)
                 limits.extend(
-                    (index, rule.key, limit, rule.static_cost, budget, rule.block)
+                    (index, rule.key, limit.enforced, rule.static_cost, budget, rule.block)
                     for _, limit in rule.tiers[own]
                 )
                 policies.extend(rule.policies[own])

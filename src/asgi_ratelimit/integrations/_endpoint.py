@@ -258,7 +258,7 @@ class EndpointLimit:
         if self.limiter.overrides.active:  # someone has live limits: maybe this identity
             limits = self.limiter.overrides.limits_for(identity.key, name) or limits
         many = len(limits) > 1
-        checks = [Check(subject, limit, cost, budget) for limit in limits]
+        checks = [Check(subject, limit.enforced, cost, budget) for limit in limits]
         policies = [
             Policy(
                 f"{name} {limit.text}" if many else name, self.on_backend_error, None, route_name
