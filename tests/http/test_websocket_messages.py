@@ -345,6 +345,31 @@ async def test_a_rule_limits_the_handshakes_and_the_messages_of_each_connection(
     assert echo.received == ["1", "1"]
 
 
+async def test_no_close_of_ours_follows_the_apps_own(
+    clock: FakeClock, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    ended: list[dict[str, Any]] = []
+
+    async def closing(scope: Any, receive: Any, send: Any) -> None:
+        assert (await receive())["type"] == "websocket.connect"
+        await send({"type": "websocket.accept"})
+        await receive()
+        await send({"type": "websocket.close", "code": 1000})
+        ended.append(await receive())  # the client's answer to the close
+
+    limiter = limiter_for(rules=[Rule("/ws", messages="1/second")])
+    app = RateLimitMiddleware(closing, limiter=limiter, websocket=True, clock=clock)
+    client = Client(app)
+    await client.connect()
+    await client.send("1")
+    await client.send("2")  # past the limit, sent before the client saw the app's close
+    await client.ended()
+    assert client.sent() == [{"type": "websocket.close", "code": 1000}]
+    assert ended == [
+        {"type": "websocket.disconnect", "code": 1008, "reason": "rate limit exceeded: 1/second"}
+    ]
+
+
 async def test_a_messages_only_rule_leaves_the_handshake_unlimited(
     echo_app: Callable[..., EchoApp],
 ) -> None:
@@ -384,7 +409,7 @@ async def test_messages_pass_uncounted(
 
 
 async def test_the_limiters_kill_switch_reaches_open_connections(
-    echo_app: Callable[..., EchoApp], limiter_for: Callable[..., RateLimiter], clock: FakeClock
+    limiter_for: Callable[..., RateLimiter], clock: FakeClock
 ) -> None:
     limiter = limiter_for(rules=[WS])
     echo = EchoApp(limiter, clock, on_message_limited="drop")
