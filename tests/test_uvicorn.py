@@ -1,4 +1,5 @@
-"""The examples served by a real uvicorn on 127.0.0.1, spoken to by a real HTTP client.
+"""The examples (and a websocket echo app) served by a real uvicorn on 127.0.0.1, spoken to
+by a real HTTP (or websocket) client.
 
 Each server runs in a thread on a socket bound to a free port, starts its lifespan (which
 opens the backend), and is stopped with ``should_exit`` (which closes it) before the test
@@ -8,6 +9,8 @@ way several workers share limits in production.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import socket
 import threading
 import time
@@ -22,7 +25,14 @@ import pytest
 import uvicorn
 from examples.fastapi_app import main as fastapi_main
 from examples.starlette_app import main as starlette_main
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
+from asgi_ratelimit import Limit, MemoryBackend, RateLimiter, RateLimitMiddleware, Rule
 from tests.conftest import FakeClock
 from tests.redis_servers import RedisServer, require_redis_binaries
 
@@ -32,13 +42,15 @@ EXAMPLES = [pytest.param(fastapi_main, id="fastapi"), pytest.param(starlette_mai
 
 
 @contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn in a thread; yield its base URL; stop it cleanly."""
+def serve(app: Any, **options: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a thread; yield its base URL; stop it cleanly.
+    ``options`` go to ``uvicorn.Config``."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))  # bound before the server starts: no port race
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, lifespan="on", ws="none", log_level="warning", access_log=False)
+    options = {"lifespan": "on", "ws": "none", "log_level": "warning", **options}
+    config = uvicorn.Config(app, access_log=False, **options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -125,3 +137,43 @@ def test_two_servers_share_limits_through_redis(
         assert int(redis.cli("dbsize").strip()) > 0  # the state really lived in Redis
     finally:
         redis.kill()
+
+
+async def _echo(websocket: WebSocket) -> None:
+    await websocket.accept()
+    with contextlib.suppress(WebSocketDisconnect):
+        while True:
+            await websocket.send_text(await websocket.receive_text())
+    await websocket.close()  # as apps do in a finally: after the middleware's close, a no-op
+
+
+@pytest.mark.parametrize("ws", ["websockets-sansio", "wsproto"])
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_websocket_messages_past_the_limit_close_the_connection_over_the_wire(
+    loop: str, ws: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock(ALIGNED)
+    limit = Limit("5/minute", algorithm="fixed_window")
+    limiter = RateLimiter(backend=MemoryBackend(clock=clock), rules=[Rule("/ws", messages=limit)])
+    app = Starlette(
+        routes=[WebSocketRoute("/ws", _echo)],
+        middleware=[Middleware(RateLimitMiddleware, limiter=limiter, websocket=True, clock=clock)],
+    )
+    with (
+        serve(app, loop=loop, ws=ws, log_config=None) as url,  # uvicorn's log reaches caplog
+        connect(url.replace("http", "ws", 1) + "/ws", open_timeout=5) as websocket,
+    ):
+        with contextlib.suppress(ConnectionClosed):  # the close may come while sending
+            for number in range(10):
+                websocket.send(str(number))
+        echoed = []
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                echoed.append(websocket.recv(timeout=5))
+    assert echoed == ["0", "1", "2", "3", "4"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
+        1008,
+        "rate limit exceeded: 5/minute",
+    )

@@ -14,12 +14,20 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ._clock import Clock, monotonic_epoch_clock
 from ._decision import Decision, ResponseHeaders, Settle
 from ._errors import ConfigurationError
 from ._limiter import RateLimiter
 from ._log_once import LogOnce
 from .backends._memory import MemoryBackend
 from .http._ledger import SETTLES, decided, remember
+from .http._messages import (
+    POLICY_VIOLATION,
+    LimitedConnection,
+    MessageBudget,
+    OnMessageLimited,
+    validate_on_message_limited,
+)
 from .http._on_limited import (
     ASGIApp,
     Message,
@@ -36,10 +44,6 @@ from .http._responses import Responses, forbidden, send_response
 from .http._validation import check_routes, check_workers
 
 __all__ = ["OnLimited", "RateLimitMiddleware"]
-
-
-#: Policy violation: the close code for a refused websocket handshake (RFC 6455 7.4.1).
-WS_POLICY_VIOLATION = 1008
 
 
 def _default_sleep() -> Callable[[float], Awaitable[None]]:
@@ -60,7 +64,12 @@ class RateLimitMiddleware:
         app.add_middleware(RateLimitMiddleware, limiter=limiter)             # Starlette/FastAPI
         app = RateLimitMiddleware(app, limiter=limiter, websocket=True)    # any ASGI app
 
-    ``websocket=True`` limits websocket handshakes by the same rules (a handshake is a GET).
+    ``websocket=True`` limits websocket handshakes by the same rules (a handshake is a GET),
+    and the messages of each connection by its rules' ``messages=``: a message past them is
+    handled per ``on_message_limited``, ``"close"`` (the default: the client gets a close
+    with code 1008 and the limit in the reason, the app a ``websocket.disconnect``) or
+    ``"drop"`` (the app never sees it). ``clock`` (seconds) times those message limits
+    (tests pass a fake clock; the handshake's limits run on the backend's clock).
     ``on_limited(scope, decision)`` may answer refused requests with a response of your own.
     CORS preflights (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``) are
     neither counted nor refused unless ``limit_preflights=True``. ``sleep`` waits out
@@ -77,6 +86,8 @@ class RateLimitMiddleware:
         on_limited: OnLimited | None = None,
         limit_preflights: bool = False,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        on_message_limited: OnMessageLimited = "close",
+        clock: Clock | None = None,
     ) -> None:
         if not isinstance(limiter, RateLimiter):
             raise ConfigurationError(
@@ -85,6 +96,12 @@ class RateLimitMiddleware:
         for name, flag in (("websocket", websocket), ("limit_preflights", limit_preflights)):
             if not isinstance(flag, bool):
                 raise ConfigurationError(f"{name}={flag!r}: must be True or False")
+        self.on_message_limited = validate_on_message_limited(on_message_limited)
+        if clock is not None and not callable(clock):
+            raise ConfigurationError(
+                f"clock={clock!r}: must be a callable returning seconds (e.g. time.time)"
+            )
+        self._clock: Clock = clock or monotonic_epoch_clock
         self.app: ASGIApp = _asgi3(app)
         if limiter.load is not None:  # the requests it admits are the load's in flight
             self.app = limiter.load.counting(self.app)
@@ -273,7 +290,25 @@ class RateLimitMiddleware:
                 await self._sleep(checked.delay)
             if checked.policies and self._adds_headers:
                 send = adding_headers(send, self._render(checked), "websocket.accept")
+        if not isinstance(checked, Access):  # the allow list counts nothing, messages neither
+            budget = self._message_budget(scope)
+            if budget is not None:
+                connection = LimitedConnection(
+                    receive, send, budget, self.on_message_limited, self._sleep
+                )
+                receive, send = connection.receive, connection.send
         await self.app(scope, receive, send)
+
+    def _message_budget(self, scope: Scope) -> MessageBudget | None:
+        """The message budget of a new connection (None when no rule of it has messages)."""
+        rules = self.limiter.policy.rules
+        if not rules.limits_messages:
+            return None
+        try:
+            return MessageBudget.of(rules.route(scope).rules, self._clock, self.limiter.engine)
+        except Exception as exc:
+            self._failed(exc)
+            return None
 
 
 def _text_headers(raw: Any) -> ResponseHeaders:
@@ -330,4 +365,4 @@ async def _refuse_websocket(
         await send({"type": "websocket.http.response.body", "body": body})
     else:
         reason = "rate limit exceeded" if status in (413, 429) else "forbidden"
-        await send({"type": "websocket.close", "code": WS_POLICY_VIOLATION, "reason": reason})
+        await send({"type": "websocket.close", "code": POLICY_VIOLATION, "reason": reason})

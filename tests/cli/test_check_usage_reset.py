@@ -52,6 +52,15 @@ def test_check_prints_every_rule_and_tier(rules: Path) -> None:
     assert "600/minute (sliding_window_counter)" in result.output
 
 
+def test_check_prints_the_message_limits_of_websocket_rules(tmp_path: Path) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text('[[rules]]\npath = "/ws"\nmessages = "10/second"\nname = "chat"\n')
+    result = runner.invoke(app, ["check", str(path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.output.splitlines() if "chat" in line]
+    assert "unlimited; messages: 10/second (sliding_window_counter)" in line
+
+
 def test_check_exits_1_with_the_file_and_line(tmp_path: Path) -> None:
     broken = tmp_path / "broken.toml"
     broken.write_text(RULES.replace('"5/minute"', '"5/minit"'))

@@ -38,8 +38,11 @@ def rules_table(loaded: RulesFile) -> Table:
     for rule in rules:
         methods = ", ".join(sorted(rule.methods)) if rule.methods else "any"
         cost = "callable" if rule.static_cost is None else f"{rule.static_cost:g}"
+        messages = ", ".join(_limit_text(limit) for limit in rule.messages)
         for tier, named in rule.tiers.items():
             limits = ", ".join(_limit_text(limit) for _, limit in named) or "unlimited"
+            if messages:
+                limits += f"; messages: {messages}"
             table.add_row(
                 rule.name, methods, rule.path, rule.key if isinstance(rule.key, str) else "own",
                 tier or "any", limits, cost,

@@ -54,6 +54,7 @@ class Rule:
         Rule("/api/{path:path}", limits={"free": "60/minute", "premium": "600/minute"})
         Rule("/export/*", limits="10/hour", cost=lambda scope: 5, stop=True)
         Rule("/search", limits="10/second", mode="shadow")   # counted, never refused
+        Rule("/ws", messages="10/second")     # each websocket connection's inbound messages
 
     ``key`` picks whose budget counts: ``"identity"`` (default: per rule and identity, so
     ``/items/{id}`` is one budget whatever the id), ``"path"`` (per identity and concrete
@@ -61,6 +62,10 @@ class Rule:
     a callable of your own, ``scope -> str | None`` (sync or async): per what it answers, and
     None leaves the rule out of the request's decision.
     ``limits`` is a limit, a list, or a dict tier -> limits (``None`` for unlimited).
+    ``messages`` (a limit or a list, no tiers) limits the messages each websocket connection
+    on the rule's path sends, once ``RateLimitMiddleware(..., websocket=True)`` admitted its
+    handshake; each connection counts its own. A rule with ``messages`` may leave out
+    ``limits``: then it limits the messages only, not the handshake.
     ``mode`` (``"enforce"``, ``"shadow"`` or ``"off"``) wins over the limiter's mode.
     ``count_when=lambda status: status >= 400`` counts only the responses whose status passes
     (failed logins): each admitted request is counted before the app runs, and given back
@@ -84,6 +89,7 @@ class Rule:
         "cost",
         "count_when",
         "key",
+        "messages",
         "methods",
         "mode",
         "name",
@@ -116,6 +122,8 @@ class Rule:
     block: Block | None
     #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
     tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
+    #: each websocket connection's limits on the messages its client sends (``()``: none)
+    messages: tuple[Limit, ...]
     #: the name of the rule's budget in storage (its counts, apart from other rules')
     budget: str
     #: tier -> the `Policy` of each of its limits, in order (as ``tiers``)
@@ -126,7 +134,8 @@ class Rule:
         path: str,
         methods: Iterable[str] | str | None = None,
         *,
-        limits: LimitsLike | TieredLimits,
+        limits: LimitsLike | TieredLimits | None = None,
+        messages: LimitsLike | None = None,
         name: str | None = None,
         key: RuleKey | KeyFunction = "identity",
         cost: CostLike = 1,
@@ -174,7 +183,13 @@ class Rule:
             )
         self.settle = settle
         self.block = self._parse_block(block_for, block_reset)
-        self.tiers = self._parse_tiers(limits)
+        if limits is None and messages is None:
+            raise ConfigurationError(
+                f"rule {self.name!r}: give limits=... (or messages=... for websocket rules)"
+            )
+        # A messages-only rule still matches its requests, with nothing to count for them.
+        self.tiers = {None: ()} if limits is None else self._parse_tiers(limits)
+        self.messages = () if messages is None else self._parse_messages(messages)
         self.policies = {
             tier: tuple(
                 [
@@ -222,6 +237,18 @@ class Rule:
             return {None: self._named(parse_limits(limits))}
         except ConfigurationError as exc:
             raise ConfigurationError(f"rule {self.name!r}: {exc}") from None
+
+    def _parse_messages(self, messages: LimitsLike) -> tuple[Limit, ...]:
+        if isinstance(messages, Mapping):
+            raise ConfigurationError(
+                f"rule {self.name!r}: messages={messages!r}: tiers are not taken here (each "
+                "connection counts its own messages: give a limit or a list, e.g. "
+                "messages='10/second')"
+            )
+        try:
+            return parse_limits(messages)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"rule {self.name!r}: messages={messages!r}: {exc}") from None
 
     def _named(self, limits: tuple[Limit, ...]) -> tuple[tuple[str, Limit], ...]:
         # One policy name per limit: the rule's name, qualified by the rate when it has several

@@ -18,6 +18,10 @@ the Python API, validated with the same messages plus the file's name and line.
     path = "/api/{path:path}"
     limits = { free = "60/minute", premium = "600/minute", internal = [] }   # [] = unlimited
 
+    [[rules]]
+    path = "/ws"
+    messages = "10/second"     # each websocket connection's messages (limits may be left out)
+
     rules = load_rules_file("ratelimit.toml")   # RulesFile(rules=(...), default_limits=...)
 """
 
@@ -47,6 +51,7 @@ _RULE_KEYS = (
     "path",
     "methods",
     "limits",
+    "messages",
     "name",
     "key",
     "cost",
@@ -173,17 +178,30 @@ def _rule(lines: _Lines, index: int, item: object) -> Rule:
             )
     if "path" not in item:
         raise lines.error(line, f'rule #{index + 1} has no path (e.g. path = "/search")')
-    if "limits" not in item:
-        raise lines.error(line, f'rule #{index + 1} has no limits (e.g. limits = "5/minute")')
-    options = {key: value for key, value in item.items() if key not in ("path", "limits")}
+    if "limits" not in item and "messages" not in item:
+        raise lines.error(
+            line,
+            f'rule #{index + 1} has no limits (e.g. limits = "5/minute", or messages = '
+            '"10/second" for websocket rules)',
+        )
+    options = {
+        key: value for key, value in item.items() if key not in ("path", "limits", "messages")
+    }
     if "cost" in options and not isinstance(options["cost"], (int, float)):
         raise lines.error(
             lines.rule_line(index, "cost"),
             f"rule #{index + 1}: cost {options['cost']!r} must be a number in a file",
         )
-    limits = lines.checked(lines.rule_line(index, "limits"), lambda: _limits(item["limits"]))
+    if "limits" in item:
+        options["limits"] = lines.checked(
+            lines.rule_line(index, "limits"), lambda: _limits(item["limits"])
+        )
+    if "messages" in item:
+        options["messages"] = lines.checked(
+            lines.rule_line(index, "messages"), lambda: _plain_limits(item["messages"], "messages")
+        )
     try:
-        return Rule(item["path"], limits=limits, **options)
+        return Rule(item["path"], **options)
     except ConfigurationError as exc:
         # The line of the value the message quotes (the path and name are quoted in every
         # message: blamed last).
@@ -213,7 +231,7 @@ def _limits(value: object) -> LimitsLike | TieredLimits:
     return _plain_limits(value)
 
 
-def _plain_limits(value: object) -> LimitsLike:
+def _plain_limits(value: object, what: str = "limits") -> LimitsLike:
     if isinstance(value, str):
         return value
     if isinstance(value, Mapping):
@@ -221,7 +239,7 @@ def _plain_limits(value: object) -> LimitsLike:
     if isinstance(value, list):
         return [_limit(item) if isinstance(item, Mapping) else item for item in value]
     raise ConfigurationError(
-        f"limits {value!r}: give a rate ('5/minute'), a table {{ rate = ..., algorithm = ..., "
+        f"{what} {value!r}: give a rate ('5/minute'), a table {{ rate = ..., algorithm = ..., "
         "burst = ... }, or a list of them"
     )
 

@@ -63,7 +63,15 @@ class Route(NamedTuple):
 class RuleSet:
     """Rules in order; ``default_limits`` (a rule named ``"default"``) when none matches."""
 
-    __slots__ = ("_policy_routes", "_routes", "default_rule", "default_tier", "exempt", "rules")
+    __slots__ = (
+        "_policy_routes",
+        "_routes",
+        "default_rule",
+        "default_tier",
+        "exempt",
+        "limits_messages",
+        "rules",
+    )
 
     def __init__(
         self,
@@ -87,6 +95,8 @@ class RuleSet:
                 )
             parsed.append(rule)
         self.rules = tuple(parsed)
+        #: some rule limits websocket messages (else connections need no route for them)
+        self.limits_messages = any(rule.messages for rule in self.rules)
         self.default_rule: Rule | None = None
         if default_limits is not None:
             try:
