@@ -52,6 +52,20 @@ def test_steady_traffic_at_twice_the_pace() -> None:
     assert runs["sliding_window_log"]["most_in_any_window"] == 10
 
 
+def test_soft_and_elastic_limits_bend_as_in_an_app() -> None:
+    """The pictures of docs/guide: 10/minute, a request every 2 s for 3 minutes."""
+    steady = ("--algorithm", "sliding_window_log", "--rate", "0.5", "--duration", "180")
+    hard = summaries("10/minute", "steady", *steady)["sliding_window_log"]
+    soft = summaries("10/minute", "steady", *steady, "--soft", "0.2")["sliding_window_log"]
+    elastic = summaries("10/minute", "steady", *steady, "--elastic", "2", "--busy-from", "90")[
+        "sliding_window_log"
+    ]
+    assert (hard["admitted"], hard["most_in_any_window"]) == (30, 10)
+    assert (soft["admitted"], soft["most_in_any_window"]) == (36, 12)  # 20% above
+    # Twice the limit while there is capacity to spare, the limit once the server is busy.
+    assert (elastic["admitted"], elastic["most_in_any_window"]) == (47, 20)
+
+
 def test_patterns_are_what_they_say() -> None:
     limit = Limit("10/minute")
     assert len(arrivals("burst", limit)) == 3 * 20

@@ -1,6 +1,7 @@
 """``asgi-ratelimit simulate LIMIT``: a traffic pattern through every algorithm, side by side.
 
 asgi-ratelimit simulate "10/minute" --pattern boundary --plot boundary.png
+asgi-ratelimit simulate "10/minute" --soft 0.2 --elastic 2.0 --busy-from 90
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ def simulate(
         Path | None, typer.Option("--plot", help="Draw admissions and refusals into a PNG.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    soft: Annotated[
+        float, typer.Option("--soft", help="A soft limit's share above it, e.g. 0.2.")
+    ] = 0.0,
+    elastic: Annotated[
+        float, typer.Option("--elastic", help="An elastic limit's stretch, e.g. 2.0.")
+    ] = 1.0,
+    busy_from: Annotated[
+        float | None,
+        typer.Option("--busy-from", help="Seconds after which no capacity is spare (elastic)."),
+    ] = None,
 ) -> None:
     """Replay a traffic pattern through the real algorithms on a fake clock."""
     try:
@@ -57,28 +68,40 @@ def simulate(
             raise ValueError(f"--rate {rate}: give requests a second (> 0)")
         if duration is not None and not duration > 0:
             raise ValueError(f"--duration {duration}: give seconds (> 0)")
-        limits = [Limit(limit, algorithm=name) for name in names]  # type: ignore[arg-type]
+        limits = [
+            Limit(limit, algorithm=name, soft=soft, elastic=elastic)  # type: ignore[arg-type]
+            for name in names
+        ]
     except (ConfigurationError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     times = arrivals(pattern, limits[0], rate, duration, seed)  # type: ignore[arg-type]
-    runs = _replay_all(limits, times)
+    runs = _replay_all(limits, times, busy_from)
     if as_json:
         typer.echo(json.dumps({"limit": limit, "pattern": pattern, "requests": len(times),
                                "runs": [run.summary() for run in runs]}))  # fmt: skip
     else:
         Console().print(_table(limit, pattern, len(times), runs))
     if plot_file is not None:
-        plot(runs, f"{limit}, {pattern} pattern", plot_file)
+        bends = "".join(
+            [
+                f", soft={soft:g}" if soft else "",
+                f", elastic={elastic:g}" if elastic != 1.0 else "",
+                f", busy from {busy_from:g} s" if busy_from is not None else "",
+            ]
+        )
+        plot(runs, f"{limit}{bends}, {pattern} pattern", plot_file)
         typer.echo(f"plot: {plot_file}")
 
 
-def _replay_all(limits: list[Limit], times: list[float]) -> list[Run]:
+def _replay_all(limits: list[Limit], times: list[float], busy_from: float | None) -> list[Run]:
     if len(times) * len(limits) < _PROGRESS_FROM:
-        return [replay(limit, times) for limit in limits]
+        return [replay(limit, times, busy_from=busy_from) for limit in limits]
     with Progress(transient=True) as progress:
         task = progress.add_task("replaying", total=len(times) * len(limits))
-        return [replay(limit, times, lambda n: progress.advance(task, n)) for limit in limits]
+        return [
+            replay(limit, times, lambda n: progress.advance(task, n), busy_from) for limit in limits
+        ]
 
 
 def _table(limit: str, pattern: str, requests: int, runs: list[Run]) -> Table:
@@ -129,7 +152,10 @@ def _row(axis: Any, run: Run) -> None:
         counts.append(bisect_right(reached, now) - bisect_right(reached, now - period_us))
     axis.plot(grid, counts, color="tab:green", label="admitted in the last period")
     axis.axhline(limit.amount, color="black", linestyle="--", linewidth=0.8, label="limit")
-    top = max([limit.amount, *counts]) * 1.15 + 1
+    ceiling = limit.enforced.amount * limit.elastic
+    if ceiling != limit.amount:  # what a soft or elastic limit admits at most
+        axis.axhline(ceiling, color="tab:blue", linestyle=":", linewidth=0.8, label="bends to")
+    top = max([ceiling, *counts]) * 1.15 + 1
     axis.plot(run.admitted_at, [-0.06 * top] * run.admitted, "|", color="tab:green",
               markersize=8, label="admitted")  # fmt: skip
     axis.plot(run.refused_at, [-0.14 * top] * run.refused, "x", color="tab:red",

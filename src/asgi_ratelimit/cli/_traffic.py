@@ -16,6 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from .._decision import Decision, Policy
+from .._engine import Engine
+from .._load import LoadMonitor
 from .._rates import ALGORITHM_NAMES, Limit
 from ..backends._memory import MemoryBackend
 from ..backends._protocol import Check
@@ -117,23 +120,35 @@ def arrivals(
     raise ValueError(f"unknown pattern {pattern!r} (use {', '.join(PATTERNS)})")
 
 
-def replay(limit: Limit, times: list[float], progress: Callable[[int], None] | None = None) -> Run:
-    """Send one request at each of ``times`` through ``limit``'s algorithm."""
+def replay(
+    limit: Limit,
+    times: list[float],
+    progress: Callable[[int], None] | None = None,
+    busy_from: float | None = None,
+) -> Run:
+    """Send one request at each of ``times`` through ``limit``'s algorithm, by the engine
+    the limiter decides with (soft and elastic limits bend as they do in an app); the
+    server has capacity to spare until ``busy_from`` seconds (never busy when None)."""
     clock = _Clock()
-    backend = MemoryBackend(clock=clock)
+
+    def level() -> float:
+        return 1.0 if busy_from is not None and clock.now - START >= busy_from else 0.0
+
+    engine = Engine(MemoryBackend(clock=clock), load=LoadMonitor(signal=level))
     run = Run(limit.algorithm, limit)
-    check = [Check("simulate", limit.enforced, 1, "")]
+    checks, policies = [Check("simulate", limit.enforced, 1, "")], [Policy("simulate")]
     for at in times:
         clock.now = START + at
-        result = backend.decide(check)
-        outcome = result.outcomes[0]
-        if outcome.allowed:
+        decision = engine.decide(checks, policies, None)
+        assert isinstance(decision, Decision)  # the memory backend answers at once
+        if decision.allowed:
             run.admitted_at.append(at)
-            run.delays.append(outcome.delay_us / 1_000_000)
-            run.reached_us.append(result.at - _START_US + outcome.delay_us)
+            run.delays.append(decision.delay)
+            delay_us = round(decision.delay * 1_000_000)
+            run.reached_us.append(round(clock.now * 1_000_000) - _START_US + delay_us)
         else:
             run.refused_at.append(at)
-            run.retries.append(outcome.retry_us / 1_000_000)
+            run.retries.append(decision.retry_after)
         if progress is not None:
             progress(1)
     return run
