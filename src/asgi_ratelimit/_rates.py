@@ -16,6 +16,7 @@ __all__ = [
     "AlgorithmName",
     "Limit",
     "LimitsLike",
+    "parse_duration",
     "parse_limits",
 ]
 
@@ -231,6 +232,29 @@ def _bounded_int(digits: str, bound: int) -> int:
 
 
 LimitsLike = Limit | str | Iterable[Limit | str]
+
+# "30 seconds", "2 minutes", "1 hour", "10s": the period of a rate, on its own.
+_DURATION = re.compile(r"^\s*(?P<amount>\d+)\s*(?P<unit>[a-z]+)\s*$", re.IGNORECASE | re.ASCII)
+
+
+def parse_duration(text: object, what: str) -> float:
+    """Seconds of a duration written like a rate's period: ``"30 seconds"``, ``"2 minutes"``,
+    ``"10s"`` (or a number of seconds > 0). ``what`` names the setting in errors."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if 0 < text <= MAX_PERIOD_SECONDS:
+            return float(text)
+    elif isinstance(text, str):
+        match = _DURATION.match(text)
+        unit = _UNIT_ALIASES.get(match["unit"].lower()) if match else None
+        if match is not None and unit is not None:
+            amount = _bounded_int(match["amount"], MAX_PERIOD_SECONDS)
+            if 0 < amount * _UNIT_SECONDS[unit] <= MAX_PERIOD_SECONDS:
+                return float(amount * _UNIT_SECONDS[unit])
+    shown = repr(_clip(text, 60)) if isinstance(text, str) else repr(text)
+    raise ConfigurationError(
+        f"{what}={shown}: not a duration (write it as 'N unit', e.g. '30 seconds' or "
+        "'2 minutes', with second, minute, hour or day; or a number of seconds > 0)"
+    )
 
 
 def parse_limits(value: LimitsLike) -> tuple[Limit, ...]:

@@ -16,6 +16,7 @@ from typing import Literal, get_args
 from .._decision import FailurePolicy, Mode, Policy
 from .._engine import validate_failure_policy, validate_mode
 from .._errors import ConfigurationError
+from .._in_flight import DEFAULT_LEASE, InFlight
 from .._rates import Limit, LimitsLike, parse_limits
 from ._own_keys import KeyFunction
 from .identity._base import Scope
@@ -50,13 +51,21 @@ class Rule:
         Rule("/api/{path:path}", limits={"free": "60/minute", "premium": "600/minute"})
         Rule("/export/*", limits="10/hour", cost=lambda scope: 5, stop=True)
         Rule("/search", limits="10/second", mode="shadow")   # counted, never refused
+        Rule("/export", concurrency=2, limits="100/hour")    # 2 at once, and 100 an hour
 
     ``key`` picks whose budget counts: ``"identity"`` (default: per rule and identity, so
     ``/items/{id}`` is one budget whatever the id), ``"path"`` (per identity and concrete
     path), ``"ip"`` (per client IP whatever the identity), ``"global"`` (one for everyone), or
     a callable of your own, ``scope -> str | None`` (sync or async): per what it answers, and
     None leaves the rule out of the request's decision.
-    ``limits`` is a limit, a list, or a dict tier -> limits (``None`` for unlimited).
+    ``limits`` is a limit, a list, or a dict tier -> limits (``None`` for unlimited); it may
+    be left out when ``concurrency`` is given.
+    ``concurrency=N`` lets at most N requests of one key (as ``key`` counts) be in flight at
+    once: a slot is taken before the app runs and given back when the response ends (its
+    last body chunk, a client disconnect, or the app raising); a refusal is a 429 with
+    ``Retry-After: 1``. ``lease`` (default ``"30 seconds"``) bounds how long a slot is held:
+    a worker killed while holding slots loses them when their leases end. With ``limits``
+    too, a request is admitted by both or counted by neither.
     ``mode`` (``"enforce"``, ``"shadow"`` or ``"off"``) wins over the limiter's mode.
     ``count_when=lambda status: status >= 400`` counts only the responses whose status passes
     (failed logins): each admitted request is counted before the app runs, and given back
@@ -68,8 +77,11 @@ class Rule:
     __slots__ = (
         "_pattern",
         "budget",
+        "concurrency",
         "cost",
         "count_when",
+        "in_flight",
+        "in_flight_name",
         "key",
         "methods",
         "mode",
@@ -98,6 +110,13 @@ class Rule:
     count_when: Callable[[int], bool] | None
     #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
     tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
+    #: the most requests of one key in flight at once (None: no in-flight limit)
+    concurrency: int | None
+    #: ``concurrency`` and its lease (None: no in-flight limit)
+    in_flight: InFlight | None
+    #: the in-flight policy's name: the rule's, qualified (``"export 2 in flight"``) when
+    #: the rule has rate limits too (one distinct name per header item)
+    in_flight_name: str
     #: the name of the rule's budget in storage (its counts, apart from other rules')
     budget: str
     #: tier -> the `Policy` of each of its limits, in order (as ``tiers``)
@@ -108,7 +127,7 @@ class Rule:
         path: str,
         methods: Iterable[str] | str | None = None,
         *,
-        limits: LimitsLike | TieredLimits,
+        limits: LimitsLike | TieredLimits | None = None,
         name: str | None = None,
         key: RuleKey | KeyFunction = "identity",
         cost: CostLike = 1,
@@ -116,6 +135,8 @@ class Rule:
         on_backend_error: FailurePolicy | None = None,
         mode: Mode | None = None,
         count_when: Callable[[int], bool] | None = None,
+        concurrency: int | None = None,
+        lease: str | float = DEFAULT_LEASE,
     ) -> None:
         self.path = path
         self._pattern = _compile_path(path)
@@ -145,7 +166,23 @@ class Rule:
                 "bool (e.g. lambda status: status >= 400) or None"
             )
         self.count_when = count_when
-        self.tiers = self._parse_tiers(limits)
+        self.concurrency = concurrency
+        self.in_flight = (
+            None if concurrency is None else InFlight(concurrency, lease, f"rule {self.name!r}: ")
+        )
+        if concurrency is None and lease != DEFAULT_LEASE:
+            raise ConfigurationError(
+                f"rule {self.name!r}: lease={lease!r} applies to in-flight limits only (give "
+                "concurrency=N too, or remove lease)"
+            )
+        if limits is None and self.in_flight is None:
+            raise ConfigurationError(
+                f"rule {self.name!r}: no limits (give limits='5/minute', concurrency=2, or both)"
+            )
+        self.tiers = {None: ()} if limits is None else self._parse_tiers(limits)
+        self.in_flight_name = self.name
+        if self.in_flight is not None and limits is not None:
+            self.in_flight_name = f"{self.name} {self.in_flight.text}"
         self.policies = {
             tier: tuple(
                 [

@@ -18,6 +18,11 @@ the Python API, validated with the same messages plus the file's name and line.
     path = "/api/{path:path}"
     limits = { free = "60/minute", premium = "600/minute", internal = [] }   # [] = unlimited
 
+    [[rules]]
+    path = "/export"
+    concurrency = 2                # at most 2 in flight at once, per identity
+    lease = "2 minutes"
+
     rules = load_rules_file("ratelimit.toml")   # RulesFile(rules=(...), default_limits=...)
 """
 
@@ -53,6 +58,8 @@ _RULE_KEYS = (
     "stop",
     "on_backend_error",
     "mode",
+    "concurrency",
+    "lease",
 )
 _LIMIT_KEYS = ("rate", "algorithm", "burst")
 
@@ -171,15 +178,20 @@ def _rule(lines: _Lines, index: int, item: object) -> Rule:
             )
     if "path" not in item:
         raise lines.error(line, f'rule #{index + 1} has no path (e.g. path = "/search")')
-    if "limits" not in item:
-        raise lines.error(line, f'rule #{index + 1} has no limits (e.g. limits = "5/minute")')
+    if "limits" not in item and "concurrency" not in item:
+        raise lines.error(
+            line,
+            f'rule #{index + 1} has no limits (e.g. limits = "5/minute", or concurrency = 2)',
+        )
     options = {key: value for key, value in item.items() if key not in ("path", "limits")}
     if "cost" in options and not isinstance(options["cost"], (int, float)):
         raise lines.error(
             lines.rule_line(index, "cost"),
             f"rule #{index + 1}: cost {options['cost']!r} must be a number in a file",
         )
-    limits = lines.checked(lines.rule_line(index, "limits"), lambda: _limits(item["limits"]))
+    limits = None
+    if "limits" in item:
+        limits = lines.checked(lines.rule_line(index, "limits"), lambda: _limits(item["limits"]))
     try:
         return Rule(item["path"], limits=limits, **options)
     except ConfigurationError as exc:

@@ -53,7 +53,7 @@ class Route(NamedTuple):
     path: str
     rules: tuple[Rule, ...]
     #: nothing to call per request: every rule's cost is a number, its key a built-in kind,
-    #: and it counts every admitted request (no ``count_when``)
+    #: and it counts every admitted request (no ``count_when``) and no request in flight
     static: bool
     #: tier -> its `Plan`; the tier None is every tier no rule of the route names
     plans: dict[str | None, Plan]
@@ -159,7 +159,10 @@ class RuleSet:
         paths = route_paths(scope)
         rules = self._match(method, paths)
         static = all(
-            rule.static_cost is not None and not callable(rule.key) and rule.count_when is None
+            rule.static_cost is not None
+            and not callable(rule.key)
+            and rule.count_when is None
+            and rule.in_flight is None
             for rule in rules
         )
         found = Route(method, paths[0], rules, static, self._plans(rules, paths[0]))
@@ -217,5 +220,9 @@ class RuleSet:
                 for tier, named in rule.tiers.items()
             ]
             text = "; ".join(text if tier is None else f"{tier}: {text}" for tier, text in tiers)
+            if rule.in_flight is not None:
+                text = (
+                    rule.in_flight.text if text == "unlimited" else f"{text}, {rule.in_flight.text}"
+                )
             described.append(f"{rule.name}: {text}")
         return described
