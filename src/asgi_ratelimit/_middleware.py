@@ -295,6 +295,12 @@ class RateLimitMiddleware:
                 await self._sleep(checked.delay)
             if checked.policies and self._adds_headers:
                 send = adding_headers(send, self._render(checked), "websocket.accept")
+            if checked.release is not None:  # an in-flight limit: a slot per open socket
+                try:
+                    await self.app(scope, receive, send)
+                finally:
+                    await checked.release()
+                return
         await self.app(scope, receive, send)
 
 

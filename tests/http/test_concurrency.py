@@ -333,6 +333,19 @@ async def test_a_rule_with_a_rate_and_a_concurrency_is_all_or_nothing(
         assert len(backend.leases()) == 0  # type: ignore[arg-type]
 
 
+@pytest.mark.redis
+async def test_slots_on_the_master_a_sentinel_names(sentinel: Any) -> None:
+    async with RedisBackend.from_url(sentinel.url, timeout=2.0) as backend:
+        gates, app, _ = guarded(backend, Rule("/slow", concurrency=1))
+        (first,) = await held(app, gates, "/slow", "a")
+        assert sentinel.master.cli("--scan").strip()  # the leases live on the master
+        assert await status_of(app, "/slow", "b", gates) == 429
+        gates.open("a")
+        await first.done()
+        assert not sentinel.master.cli("--scan").strip()  # given back: the set is gone
+        assert await status_of(app, "/slow", "c", gates) == 200
+
+
 # -- modes, failures -------------------------------------------------------------------------
 
 
@@ -532,3 +545,43 @@ async def test_a_rules_file_takes_concurrency_and_lease(tmp_path: Path) -> None:
     path.write_text('[[rules]]\npath = "/slow"\nconcurrency = 0\n')
     with pytest.raises(ConfigurationError, match=r"ratelimit.toml:3: rule '/slow': concurr"):
         RateLimiter(rules_file=path)
+
+
+async def test_a_websocket_holds_its_slot_while_it_is_open() -> None:
+    gate = asyncio.Event()
+
+    async def sockets(scope: Any, receive: Any, send: Any) -> None:
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        await gate.wait()
+        await send({"type": "websocket.close", "code": 1000})
+
+    limiter = RateLimiter(rules=[Rule("/ws", concurrency=1)], validate=False)
+    app = RateLimitMiddleware(sockets, limiter=limiter, websocket=True)
+
+    def connect() -> tuple[asyncio.Future[None], list[Message]]:
+        scope = {"type": "websocket", "path": "/ws", "raw_path": b"/ws", "query_string": b"",
+                 "headers": [], "client": (PEER, 1234), "subprotocols": []}  # fmt: skip
+        inbox: asyncio.Queue[Message] = asyncio.Queue()
+        inbox.put_nowait({"type": "websocket.connect"})
+        sent: list[Message] = []
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        return asyncio.ensure_future(app(scope, inbox.get, send)), sent
+
+    first, first_sent = connect()
+    await until(lambda: bool(first_sent))
+    assert first_sent[0]["type"] == "websocket.accept"
+    second, second_sent = connect()
+    await second
+    assert second_sent == [
+        {"type": "websocket.close", "code": 1008, "reason": "rate limit exceeded"}
+    ]
+    gate.set()
+    await first
+    third, third_sent = connect()
+    await until(lambda: bool(third_sent))
+    assert third_sent[0]["type"] == "websocket.accept"
+    await third

@@ -39,7 +39,10 @@ def rules_table(loaded: RulesFile) -> Table:
         methods = ", ".join(sorted(rule.methods)) if rule.methods else "any"
         cost = "callable" if rule.static_cost is None else f"{rule.static_cost:g}"
         for tier, named in rule.tiers.items():
-            limits = ", ".join(_limit_text(limit) for _, limit in named) or "unlimited"
+            texts = [_limit_text(limit) for _, limit in named]
+            if rule.in_flight is not None:
+                texts.append(f"{rule.in_flight.text} (lease {rule.in_flight.lease:g}s)")
+            limits = ", ".join(texts) or "unlimited"
             table.add_row(
                 rule.name, methods, rule.path, rule.key if isinstance(rule.key, str) else "own",
                 tier or "any", limits, cost,

@@ -1,6 +1,6 @@
 """Taking and giving back the slots of in-flight limits, for every door.
 
-    slots = Slots(backend, engine)
+    slots = Slots(engine)                  # in the engine's backend
     taken = await slots.take([Slot(InFlight(2), "export", "ip:203.0.113.7", "rule:export")])
     taken.allowed, taken.statuses          # one PolicyStatus per in-flight policy
     await taken.held.release()             # when the response ends: once, however often called
@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from .._clock import monotonic_epoch_clock
-from .._decision import FailurePolicy, PolicyStatus
+from .._decision import Decision, FailurePolicy, PolicyStatus
 from .._engine import OUTAGE_RETRY_AFTER, Engine
 from .._errors import ConfigurationError
+from .._identity import Identity
 from .._in_flight import InFlight
 from .._log_once import LogOnce
 from ..backends._leases import Leases, LeasingBackend, MemoryLeases
@@ -78,7 +79,7 @@ class Slots:
         if not isinstance(backend, LeasingBackend):
             raise ConfigurationError(
                 f"concurrency=: the backend {backend!r} keeps no leases for in-flight limits "
-                "(use MemoryBackend or RedisBackend, or give your backend a leases() method)"
+                "(use MemoryBackend or RedisBackend)"
             )
         self._leases = backend.leases()
         self._engine = engine
@@ -151,3 +152,23 @@ class Slots:
             for status in taken.statuses:
                 if status.allowed:
                     status.remaining += 1
+
+    async def decision(
+        self, taken: Taken, rates: Decision | None, identity: Identity | None
+    ) -> Decision:
+        """The decision of a request by its slots (``taken``) and its rate limits (``rates``,
+        None when the slots refused it and no rate was decided): all or nothing, so a
+        refusal by a rate gives the slots back."""
+        if rates is None:
+            refused = Decision.of(taken.statuses, identity)
+            refused.outage = taken.outage
+            return refused
+        if not rates.allowed:
+            await self.refused(taken)
+        decision = Decision.of(rates.policies + taken.statuses, identity)
+        decision.outage = rates.outage or taken.outage
+        if decision.allowed:
+            decision.charge, decision.settle = rates.charge, rates.settle
+            if taken.held is not None:
+                decision.release = taken.held.release
+        return decision

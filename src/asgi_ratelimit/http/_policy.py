@@ -184,23 +184,13 @@ class RequestPolicy:
         assert self.slots is not None
         taken = await self.slots.take(slots)
         if not taken.allowed:
-            refused = Decision.of(taken.statuses, identity)
-            refused.outage = taken.outage
-            return refused
+            return await self.slots.decision(taken, None, identity)
         try:
-            decision = await self._decided(checks, policies, identity, consume)
+            rates = await self._decided(checks, policies, identity, consume)
         except BaseException:
             await self.slots.refused(taken)
             raise
-        if not decision.allowed:  # and a rate limit refuses: its slots go back
-            await self.slots.refused(taken)
-        combined = Decision.of(decision.policies + taken.statuses, identity)
-        combined.outage = decision.outage or taken.outage
-        if combined.allowed:
-            combined.charge, combined.settle = decision.charge, decision.settle
-            if taken.held is not None:
-                combined.release = taken.held.release
-        return combined
+        return await self.slots.decision(taken, rates, identity)
 
     async def _decided(
         self,

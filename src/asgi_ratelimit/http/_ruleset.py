@@ -112,6 +112,9 @@ class RuleSet:
             for policies in rule.policies.values()
             for policy in policies
         }
+        for rule in self.all_rules:
+            if rule.in_flight is not None:
+                self._policy_routes[rule.in_flight_name] = rule.path
 
     @property
     def all_rules(self) -> tuple[Rule, ...]:

@@ -144,8 +144,15 @@ class EndpointLimit:
         self._log = LogOnce()
 
     def __repr__(self) -> str:
-        texts = ", ".join(limit.text for limit in self.limits)
-        return f"EndpointLimit({texts!r}, key={self.key!r}, name={self.name!r})"
+        return f"EndpointLimit({self.text!r}, key={self.key!r}, name={self.name!r})"
+
+    @property
+    def text(self) -> str:
+        """Its limits, as people read them: ``"100/hour, 2 in flight"``."""
+        texts = [limit.text for limit in self.limits]
+        if self.in_flight is not None:
+            texts.append(self.in_flight.text)
+        return ", ".join(texts)
 
     def policy_name(self, route_name: str) -> str:
         """The policy's name in the headers: ``name``, else the route's path template."""
@@ -171,8 +178,7 @@ class EndpointLimit:
             taken = await self._slots().take([slot])
             if not taken.allowed:
                 await refund_all(scope)
-                refused = Decision.of(taken.statuses, identity)
-                refused.outage = taken.outage
+                refused = await self._slots().decision(taken, None, identity)
                 return self._reported(refused, request, policies, start)
         try:
             decided_here = self.limiter.engine.decide(checks, policies, identity, consume)
@@ -184,15 +190,7 @@ class EndpointLimit:
         if not consume:
             return own
         if taken is not None:
-            if not own.allowed:
-                await self._slots().refused(taken)
-            charge, outage = own.charge, own.outage or taken.outage
-            own = Decision.of(own.policies + taken.statuses, identity)
-            own.outage = outage
-            if own.allowed:
-                own.charge = charge
-                if taken.held is not None:
-                    own.release = taken.held.release
+            own = await self._slots().decision(taken, own, identity)
         self._reported(own, request, policies, start)
         if not own.allowed:
             await refund_all(scope)  # refused here: what the doors before took goes back
