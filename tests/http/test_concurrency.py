@@ -585,3 +585,33 @@ async def test_a_websocket_holds_its_slot_while_it_is_open() -> None:
     await until(lambda: bool(third_sent))
     assert third_sent[0]["type"] == "websocket.accept"
     await third
+
+
+async def test_a_route_slot_refusal_gives_back_the_middlewares_count() -> None:
+    # A request refused by any door costs nothing anywhere: the rule's count goes back.
+    gates = Gates()
+    limiter = RateLimiter(
+        backend=MemoryBackend(clock=FakeClock(ALIGNED)),
+        rules=[Rule("/export", limits=Limit("5/minute", algorithm="fixed_window"), name="all")],
+        validate=False,
+    )
+    app = fastapi_app(limiter, gates, middleware=True)
+
+    async def rule_left() -> int:
+        scope = {"type": "http", "method": "GET", "path": "/export", "headers": [],
+                 "client": (PEER, 1)}  # fmt: skip
+        (status,) = await limiter.usage(scope)
+        return status.remaining
+
+    first = Exchange(app, "/export", "id=a")
+    await until(lambda: "a" in gates.entered)
+    assert await rule_left() == 4
+    refused = await Exchange(app, "/export", "id=b").done()
+    assert refused.status == 429
+    start = refused.sent[0]
+    assert (b"ratelimit", b'"export";r=0;t=1') in start["headers"]  # (the rule adds its own)
+    assert await rule_left() == 4  # the route's slot refused it: the rule counted nothing
+    gates.open("a")
+    await first.done()
+    assert first.status == 200
+    assert await rule_left() == 4
