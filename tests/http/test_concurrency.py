@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import Depends, FastAPI
+from fastapi import BackgroundTasks, Depends, FastAPI
 from fastapi.responses import PlainTextResponse as FastAPIText
 from fastapi.responses import StreamingResponse as FastAPIStream
 
@@ -615,3 +615,23 @@ async def test_a_route_slot_refusal_gives_back_the_middlewares_count() -> None:
     await first.done()
     assert first.status == 200
     assert await rule_left() == 4
+
+
+async def test_a_decorated_endpoint_keeps_its_background_tasks_and_gives_its_slot_back() -> None:
+    limiter = RateLimiter(backend=MemoryBackend(), validate=False)
+    app = FastAPI()  # no middleware: the response gives the slot back once sent
+    ran: list[int] = []
+
+    @app.get("/report")
+    @limiter.limit_endpoint(concurrency=1)
+    async def report(background_tasks: BackgroundTasks) -> FastAPIText:
+        background_tasks.add_task(ran.append, 1)
+        return FastAPIText("done")
+
+    transport = httpx.ASGITransport(app=app, client=(PEER, 1234))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        answers = [await http.get("/report") for _ in range(3)]
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+    assert answers[0].headers["ratelimit"] == '"/report";r=0'
+    assert ran == [1, 1, 1]
+    assert len(limiter.backend.leases()) == 0  # type: ignore[attr-defined]

@@ -147,6 +147,9 @@ class _Releasing(Response):
         self._release = release
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # What was set on this one since (FastAPI's background tasks) is the response's too.
+        own = {"_response", "_release"}
+        vars(self._response).update({k: v for k, v in vars(self).items() if k not in own})
         try:
             await self._response(scope, receive, send)
         finally:
