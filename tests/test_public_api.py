@@ -44,7 +44,7 @@ LAYERS = [
         "asgi_ratelimit._named",
         "asgi_ratelimit._load",
     ),
-    ("asgi_ratelimit._rates", "asgi_ratelimit._durations"),
+    ("asgi_ratelimit._rates", "asgi_ratelimit._durations", "asgi_ratelimit._in_flight"),
     ("asgi_ratelimit.algorithms",),
     ("asgi_ratelimit._identity", "asgi_ratelimit._headers", "asgi_ratelimit.backends"),
     ("asgi_ratelimit._decision",),

@@ -15,6 +15,7 @@ from typing import Any, Literal, NamedTuple
 
 from ._headers import text_headers
 from ._identity import Identity
+from ._in_flight import InFlight
 from ._rates import Limit
 from .algorithms import NEVER, Outcome
 from .backends._protocol import Backend, Check
@@ -88,7 +89,8 @@ class PolicyStatus:
     """
 
     name: str
-    limit: Limit
+    #: a rate, or an `InFlight` limit (requests at once: ``quota`` of them, no window)
+    limit: Limit | InFlight
     allowed: bool
     #: requests left now: after this request when it counted, else before it (never negative)
     remaining: int
@@ -152,6 +154,9 @@ class Decision:
     #: ``count_when`` do not count for that status, and settles the costs of policies with a
     #: ``settle`` (None when no policy has either); the middleware calls it
     settle: Settle | None = field(default=None, repr=False, compare=False)
+    #: gives back the in-flight slots the request holds, once (None when it holds none);
+    #: the middleware calls it when the response ends
+    release: Callable[[], Awaitable[None]] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def unlimited(cls, identity: Identity | None = None) -> Decision:

@@ -14,6 +14,8 @@ member per policy that applied, as RFC 9651 structured fields::
 - ``t``: seconds until more quota than ``r`` is available; on a refusal, for the policy that
   refused, when this request would pass: ``Retry-After``. Rounded up: a client that waits
   ``t`` is never early.
+- an in-flight policy (`InFlight`) is ``"export";q=2;qu="concurrent-requests"``: no window,
+  and ``t`` only on a refusal (when a slot comes back is up to the requests in flight).
 
 ``X-RateLimit-Limit``/``-Remaining``/``-Reset`` speak for the binding policy: its capacity,
 what it has left, and the seconds until it is full again. A refusal adds ``Retry-After``
@@ -28,6 +30,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from ._in_flight import QUOTA_UNIT, InFlight
 
 if TYPE_CHECKING:
     from ._decision import Decision, HeaderStyle, PolicyStatus
@@ -143,7 +147,10 @@ class HeaderRenderer:
         if self._legacy:
             headers = (parts.limit, (REMAINING, b"%d" % left), (RESET, b"%d" % reset))
         if self._ietf:
-            state = b"%s;r=%d;t=%d" % (parts.name, left, upcoming)
+            if parts.timed or upcoming:
+                state = b"%s;r=%d;t=%d" % (parts.name, left, upcoming)
+            else:
+                state = b"%s;r=%d" % (parts.name, left)
             headers += ((POLICY, parts.item), (STATE, state))
         # One attribute replaced whole: a reader in another thread never pairs one answer's
         # numbers with another's headers.
@@ -162,17 +169,26 @@ class HeaderRenderer:
 class _Parts:
     """One policy's constant header parts, encoded, and its last one-policy headers."""
 
-    __slots__ = ("item", "last", "limit", "limit_id", "name")
+    __slots__ = ("item", "last", "limit", "limit_id", "name", "timed")
 
     def __init__(self, policy: PolicyStatus) -> None:
         # Policies of one name may differ in their limit (a tier's): it is checked each time.
         self.limit_id = policy.limit.id
         self.name = _sf_string(policy.name)
-        self.item = b"%s;q=%d;w=%d" % (self.name, _sf_int(policy.quota), _sf_int(policy.window))
+        #: a rate tells when more quota comes (``t``); an in-flight policy only on a refusal
+        self.timed = not isinstance(policy.limit, InFlight)
+        if self.timed:
+            window = _sf_int(policy.window)
+            self.item = b"%s;q=%d;w=%d" % (self.name, _sf_int(policy.quota), window)
+        else:
+            unit = QUOTA_UNIT.encode()
+            self.item = b'%s;q=%d;qu="%s"' % (self.name, _sf_int(policy.quota), unit)
         self.limit = (LIMIT, b"%d" % _sf_int(policy.capacity))
         self.last: tuple[tuple[int, int, int], tuple[RawHeader, ...]] = ((-1, -1, -1), ())
 
     def state(self, remaining: int, upcoming: float) -> bytes:
+        if not self.timed and not upcoming:
+            return b"%s;r=%d" % (self.name, _sf_int(remaining))
         return b"%s;r=%d;t=%d" % (self.name, _sf_int(remaining), whole_seconds(upcoming))
 
 

@@ -24,6 +24,7 @@ from ._errors import ConfigurationError
 from ._events import DecisionEvent, Observer, Observers, outcome_of
 from ._headers import HEADER_STYLES, HeaderRenderer
 from ._identity import Identity
+from ._in_flight import DEFAULT_LEASE
 from ._load import LoadMonitor
 from ._named import new_named
 from ._overrides import Overrides
@@ -395,7 +396,7 @@ class RateLimiter:
 
     def limit(
         self,
-        limits: LimitsLike,
+        limits: LimitsLike | None = None,
         *,
         cost: CostLike = 1,
         key: EndpointKey | KeyFunction = "identity",
@@ -403,11 +404,16 @@ class RateLimiter:
         on_backend_error: FailurePolicy | None = None,
         on_limited: OnLimited | None = None,
         count_when: Callable[[int], bool] | None = None,
+        concurrency: int | None = None,
+        lease: str | float = DEFAULT_LEASE,
     ) -> RateLimitDependency:
-        """A FastAPI dependency: ``Depends(limiter.limit("2/minute", cost=1, key="ip"))``."""
-        from .integrations._fastapi import RateLimitDependency
+        """A FastAPI dependency: ``Depends(limiter.limit("2/minute", cost=1, key="ip"))``;
+        ``limiter.limit(concurrency=2)`` admits at most 2 requests of one key at once (with a
+        rate too: ``limiter.limit("100/hour", concurrency=2)``)."""
+        from .integrations._fastapi import InFlightDependency, RateLimitDependency
 
-        return RateLimitDependency(
+        kind = RateLimitDependency if concurrency is None else InFlightDependency
+        return kind(
             self,
             limits,
             cost=cost,
@@ -416,11 +422,13 @@ class RateLimiter:
             on_backend_error=on_backend_error,
             on_limited=on_limited,
             count_when=count_when,
+            concurrency=concurrency,
+            lease=lease,
         )
 
     def limit_endpoint(
         self,
-        limits: LimitsLike,
+        limits: LimitsLike | None = None,
         *,
         cost: CostLike = 1,
         key: EndpointKey | KeyFunction = "identity",
@@ -428,8 +436,11 @@ class RateLimiter:
         on_backend_error: FailurePolicy | None = None,
         on_limited: OnLimited | None = None,
         count_when: Callable[[int], bool] | None = None,
+        concurrency: int | None = None,
+        lease: str | float = DEFAULT_LEASE,
     ) -> Callable[[Endpoint], Endpoint]:
-        """A decorator for Starlette and FastAPI endpoints: ``@limiter.limit_endpoint("1/s")``."""
+        """A decorator for Starlette and FastAPI endpoints: ``@limiter.limit_endpoint("1/s")``
+        (``concurrency=N``: at most N requests of one key at once)."""
         from .integrations._starlette import limit_endpoint
 
         return limit_endpoint(
@@ -441,6 +452,8 @@ class RateLimiter:
             on_backend_error=on_backend_error,
             on_limited=on_limited,
             count_when=count_when,
+            concurrency=concurrency,
+            lease=lease,
         )
 
     def usage_endpoint(self, path: str = "/rate_limit") -> UsageEndpoint:

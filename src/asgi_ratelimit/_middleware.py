@@ -20,7 +20,7 @@ from ._errors import ConfigurationError
 from ._limiter import RateLimiter
 from ._log_once import LogOnce
 from .backends._memory import MemoryBackend
-from .http._ledger import SETTLES, decided, remember
+from .http._ledger import RELEASES, SETTLES, decided, remember
 from .http._messages import (
     POLICY_VIOLATION,
     LimitedConnection,
@@ -148,10 +148,14 @@ class RateLimitMiddleware:
                     await self._sleep(checked.delay)  # leaky bucket: shape, do not refuse
                 if checked.policies and self._adds_headers:
                     send = adding_headers(send, self._render(checked))
-                if checked.settle is None and not self.limiter.settles_routes:
+                if (
+                    checked.settle is None
+                    and checked.release is None
+                    and not self.limiter.settles_routes
+                ):
                     await self.app(scope, receive, send)
-                else:  # a rule or a route limit counts by outcome
-                    await self._settling(scope, receive, send, checked.settle)
+                else:  # a limit counts by outcome, or holds slots until the response ends
+                    await self._settling(scope, receive, send, checked)
             elif isinstance(checked, Access) and checked.verdict == "blocked":
                 await send_response(send, *forbidden())
             else:  # the allow list, or the limiter failed (logged)
@@ -164,34 +168,55 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
 
     async def _settling(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        settle: Settle | None,
+        self, scope: Scope, receive: Receive, send: Send, checked: Decision
     ) -> None:
         """Run the app, then settle the request with the status and headers it answered
         (500 and none when it raised before answering): give back what the ``count_when`` of
-        the rules (``settle``) and of the route limits (what they leave in the request
-        state) do not count, and charge the rules' ``settle`` costs. Each request was counted
-        before the app ran, so concurrent requests never pass more than the limit."""
+        the rules (``checked.settle``) and of the route limits (what they leave in the
+        request state) do not count, and charge the rules' ``settle`` costs. Each request
+        was counted before the app ran, so concurrent requests never pass more than the
+        limit.
+
+        The in-flight slots the request holds (``checked.release``, and the route limits'
+        in the request state) go back when the response ends: before its last body chunk
+        is sent (a client that has its whole response finds its slot free), when the
+        client disconnects, or when the app returns or raises."""
         settles: list[Settle] = []
-        scope["state"][SETTLES] = settles  # the state holds this request's decision already
-        if settle is not None:
-            settles.append(settle)
+        releases: list[Callable[[], Awaitable[None]]] = []
+        state = scope["state"]  # it holds this request's decision already
+        state[SETTLES] = settles
+        state[RELEASES] = releases
+        if checked.settle is not None:
+            settles.append(checked.settle)
+        if checked.release is not None:
+            releases.append(checked.release)
         status = 500
         headers: ResponseHeaders = {}
 
+        async def release() -> None:
+            while releases:  # each gives back once; a door may add one while another runs
+                await releases.pop()()
+
         async def recording(message: Message) -> None:
             nonlocal status, headers
-            if message["type"] == "http.response.start":
+            kind = message["type"]
+            if kind == "http.response.start":
                 status = message["status"]
                 headers = _text_headers(message.get("headers") or ())
+            elif kind == "http.response.body" and not message.get("more_body", False):
+                await release()
             await send(message)
 
+        async def watching() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                await release()
+            return message
+
         try:
-            await self.app(scope, receive, recording)
+            await self.app(scope, watching, recording)
         finally:
+            await release()
             current = decided(scope)
             if current is not None and current.charge is not None:  # no door refunded it all
                 for each in settles:
@@ -297,6 +322,12 @@ class RateLimitMiddleware:
                     receive, send, budget, self.on_message_limited, self._sleep
                 )
                 receive, send = connection.receive, connection.send
+        if isinstance(checked, Decision) and checked.release is not None:
+            try:  # an in-flight limit: a slot per open socket
+                await self.app(scope, receive, send)
+            finally:
+                await checked.release()
+            return
         await self.app(scope, receive, send)
 
     def _message_budget(self, scope: Scope) -> MessageBudget | None:

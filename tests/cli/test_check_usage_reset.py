@@ -61,6 +61,14 @@ def test_check_prints_the_message_limits_of_websocket_rules(tmp_path: Path) -> N
     assert "unlimited; messages: 10/second (sliding_window_counter)" in line
 
 
+def test_check_shows_in_flight_limits(tmp_path: Path) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text('[[rules]]\npath = "/export"\nconcurrency = 2\nlease = "2 minutes"\n')
+    result = runner.invoke(app, ["check", str(path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "2 in flight (lease 120s)" in result.output
+
+
 def test_check_exits_1_with_the_file_and_line(tmp_path: Path) -> None:
     broken = tmp_path / "broken.toml"
     broken.write_text(RULES.replace('"5/minute"', '"5/minit"'))

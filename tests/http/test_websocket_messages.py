@@ -458,7 +458,8 @@ def test_a_rules_file_limits_messages_too(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ('[[rules]]\npath = "/ws"\n',
-         r"ratelimit.toml:1: rule #1 has no limits \(e.g. limits = \"5/minute\", or messages = "
+         r"ratelimit.toml:1: rule #1 has no limits \(e.g. limits = \"5/minute\", concurrency = 2, "
+         r"or messages = "
          r"\"10/second\" for websocket rules\)"),
         ('[[rules]]\npath = "/ws"\nmessages = 5\n',
          r"ratelimit.toml:3: messages 5: give a rate \('5/minute'\)"),
@@ -478,8 +479,8 @@ def test_a_rules_file_names_the_line_of_a_bad_messages(
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({}, r"rule '/ws': give limits=\.\.\. \(or messages=\.\.\. for websocket rules\)"),
-        ({"limits": None}, r"rule '/ws': give limits=\.\.\. \(or messages="),
+        ({}, r"rule '/ws': no limits \(give limits='5/minute', concurrency=2, or messages="),
+        ({"limits": None}, r"rule '/ws': no limits \(give limits='5/minute'"),
         ({"messages": "5/minit"},
          r"rule '/ws': messages='5/minit': limit '5/minit': unknown period 'minit'"),
         ({"messages": []}, r"rule '/ws': messages=\[\]: limits \[\]: empty"),

@@ -12,6 +12,7 @@ from .._named import new_named
 from .._rates import Limit
 from ..algorithms import DECIDERS, NEVER, Outcome, State
 from ..algorithms.refund import REFUNDS
+from ._leases import MemoryLeases
 from ._memory_entries import _MASK, Entry, Tables, _pack, _sweep, _unpack
 from ._protocol import Check, Result
 
@@ -75,6 +76,7 @@ class MemoryBackend:
         # The last (budget, limit, table id) it looked up: most requests meet the same rule's
         # objects as the one before, and two identity tests replace both lookups.
         self._last_table: tuple[object, object, str] = (None, None, "")
+        self._leases: MemoryLeases | None = None
 
     @property
     def max_keys(self) -> int:
@@ -226,6 +228,12 @@ class MemoryBackend:
 
     async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
         return self.decide(checks).outcomes
+
+    def leases(self) -> MemoryLeases:
+        """The slots of in-flight limits, on this backend's clock (one store per backend)."""
+        if self._leases is None:
+            self._leases = MemoryLeases(self._clock)
+        return self._leases
 
     async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
         return self.decide(checks, consume=False).outcomes

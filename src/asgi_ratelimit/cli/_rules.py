@@ -40,7 +40,10 @@ def rules_table(loaded: RulesFile) -> Table:
         cost = "callable" if rule.static_cost is None else f"{rule.static_cost:g}"
         messages = ", ".join(_limit_text(limit) for limit in rule.messages)
         for tier, named in rule.tiers.items():
-            limits = ", ".join(_limit_text(limit) for _, limit in named) or "unlimited"
+            texts = [_limit_text(limit) for _, limit in named]
+            if rule.in_flight is not None:
+                texts.append(f"{rule.in_flight.text} (lease {rule.in_flight.lease:g}s)")
+            limits = ", ".join(texts) or "unlimited"
             if messages:
                 limits += f"; messages: {messages}"
             table.add_row(

@@ -18,12 +18,15 @@ from typing import Any
 from .._decision import Decision, refund
 from .._log_once import LogOnce
 
-__all__ = ["SETTLES", "decided", "refund_all", "remember"]
+__all__ = ["RELEASES", "SETTLES", "decided", "refund_all", "remember"]
 
 Scope = MutableMapping[str, Any]
 #: The request state's list of ``settle(status, headers)`` the route-level doors leave for
 #: after the response (``count_when``); the middleware puts it there and runs them.
 SETTLES = "asgi_ratelimit.settles"
+#: The request state's list of ``release()`` giving back the in-flight slots a route-level
+#: door took; the middleware puts it there and runs them when the response ends.
+RELEASES = "asgi_ratelimit.releases"
 _log = LogOnce()
 
 

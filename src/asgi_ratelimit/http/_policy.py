@@ -27,6 +27,7 @@ from .._rates import LimitsLike
 from ..backends._protocol import Backend, Check
 from ._access import AccessList
 from ._identity import IdentityResolver
+from ._in_flight import Slot, Slots
 from ._own_keys import own_key
 from ._rules import Rule, TieredLimits, validate_cost
 from ._ruleset import Plan, PlanEntry, Route, RuleSet
@@ -55,6 +56,8 @@ class RequestPolicy:
 
     rules: RuleSet
     validation: Validation
+    #: the in-flight slots, once a rule has an in-flight limit
+    slots: Slots | None = None
 
     def __init__(
         self,
@@ -101,6 +104,8 @@ class RequestPolicy:
                             "RateLimiter(load=LoadMonitor(...)), which says when there is "
                             "capacity to spare"
                         )
+        if self.slots is None and any(rule.in_flight for rule in ruleset.all_rules):
+            self.slots = Slots(self.engine)  # raises for a backend that keeps no leases
         previous: RuleSet | None = getattr(self, "rules", None)
         if previous is not None:
             ruleset.exempt = previous.exempt  # the usage endpoint's path stays exempt
@@ -180,12 +185,61 @@ class RequestPolicy:
             checked.append(self._valid_cost(rule, cost))
         own = [await key if inspect.isawaitable(key) else key for key in keys]
         checks, policies = self.checks(scope, identity, route, checked, keys=own)
+        slots = self._slots(scope, identity, route, own) if consume else ()
+        if not slots:
+            return await self._decided(checks, policies, identity, consume)
+        # In-flight slots first: a request they refuse is counted by no rate limit.
+        assert self.slots is not None
+        taken = await self.slots.take(slots)
+        if not taken.allowed:
+            return await self.slots.decision(taken, None, identity)
+        try:
+            rates = await self._decided(checks, policies, identity, consume)
+        except BaseException:
+            await self.slots.refused(taken)
+            raise
+        return await self.slots.decision(taken, rates, identity)
+
+    async def _decided(
+        self,
+        checks: list[Check],
+        policies: Sequence[Policy],
+        identity: Identity,
+        consume: bool,
+    ) -> Decision:
         decision = self.engine.decide(checks, policies, identity, consume)
         if inspect.isawaitable(decision):
             decision = await decision
         if decision.charge is not None and any(p.count_when or p.settle for p in policies):
             decision.settle = self._settler(checks, policies, decision.charge)
         return decision
+
+    def _slots(
+        self, scope: Scope, identity: Identity, route: Route, keys: Sequence[str | None]
+    ) -> list[Slot]:
+        """The in-flight slot each rule of ``route`` with an in-flight limit wants (none
+        for a rule whose key of your own answered None, or whose mode is ``off``)."""
+        slots: list[Slot] = []
+        mode = self.engine.mode
+        for index, rule in enumerate(route.rules):
+            in_flight = rule.in_flight
+            if in_flight is None or (rule.mode or mode) == "off":
+                continue
+            if rule.key == "identity" or rule.key == "path":
+                subject: str | None = identity.key
+            elif rule.key == "ip":
+                subject = self.identities.ip_key(scope)
+            elif rule.key == "global":
+                subject = "*"
+            else:  # a key of your own, answered before
+                subject = keys[index]
+            if subject is not None:
+                shadow = (rule.mode or mode) == "shadow"
+                budget = rule.budget_of(route.path)
+                name = rule.in_flight_name
+                failure = rule.on_backend_error
+                slots.append(Slot(in_flight, name, subject, budget, failure, shadow))
+        return slots
 
     def _settler(
         self, checks: Sequence[Check], policies: Sequence[Policy], charge: Charge

@@ -17,6 +17,7 @@ from .._decision import FailurePolicy, Mode, Policy, SettleCost
 from .._durations import parse_duration
 from .._engine import validate_failure_policy, validate_mode
 from .._errors import ConfigurationError
+from .._in_flight import DEFAULT_LEASE, InFlight
 from .._rates import Limit, LimitsLike, parse_limits
 from ..backends._protocol import Block
 from ._own_keys import KeyFunction
@@ -55,17 +56,25 @@ class Rule:
         Rule("/export/*", limits="10/hour", cost=lambda scope: 5, stop=True)
         Rule("/search", limits="10/second", mode="shadow")   # counted, never refused
         Rule("/ws", messages="10/second")     # each websocket connection's inbound messages
+        Rule("/export", concurrency=2, limits="100/hour")    # 2 at once, and 100 an hour
 
     ``key`` picks whose budget counts: ``"identity"`` (default: per rule and identity, so
     ``/items/{id}`` is one budget whatever the id), ``"path"`` (per identity and concrete
     path), ``"ip"`` (per client IP whatever the identity), ``"global"`` (one for everyone), or
     a callable of your own, ``scope -> str | None`` (sync or async): per what it answers, and
     None leaves the rule out of the request's decision.
-    ``limits`` is a limit, a list, or a dict tier -> limits (``None`` for unlimited).
+    ``limits`` is a limit, a list, or a dict tier -> limits (``None`` for unlimited); it may
+    be left out when ``concurrency`` or ``messages`` is given.
     ``messages`` (a limit or a list, no tiers) limits the messages each websocket connection
     on the rule's path sends, once ``RateLimitMiddleware(..., websocket=True)`` admitted its
-    handshake; each connection counts its own. A rule with ``messages`` may leave out
-    ``limits``: then it limits the messages only, not the handshake.
+    handshake; each connection counts its own. A rule with ``messages`` only limits the
+    messages, not the handshake.
+    ``concurrency=N`` lets at most N requests of one key (as ``key`` counts) be in flight at
+    once: a slot is taken before the app runs and given back when the response ends (its
+    last body chunk, a client disconnect, or the app raising); a refusal is a 429 with
+    ``Retry-After: 1``. ``lease`` (default ``"30 seconds"``) bounds how long a slot is held:
+    a worker killed while holding slots loses them when their leases end. With ``limits``
+    too, a request is admitted by both or counted by neither.
     ``mode`` (``"enforce"``, ``"shadow"`` or ``"off"``) wins over the limiter's mode.
     ``count_when=lambda status: status >= 400`` counts only the responses whose status passes
     (failed logins): each admitted request is counted before the app runs, and given back
@@ -86,8 +95,11 @@ class Rule:
         "_pattern",
         "block",
         "budget",
+        "concurrency",
         "cost",
         "count_when",
+        "in_flight",
+        "in_flight_name",
         "key",
         "messages",
         "methods",
@@ -124,6 +136,13 @@ class Rule:
     tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
     #: each websocket connection's limits on the messages its client sends (``()``: none)
     messages: tuple[Limit, ...]
+    #: the most requests of one key in flight at once (None: no in-flight limit)
+    concurrency: int | None
+    #: ``concurrency`` and its lease (None: no in-flight limit)
+    in_flight: InFlight | None
+    #: the in-flight policy's name: the rule's, qualified (``"export 2 in flight"``) when
+    #: the rule has rate limits too (one distinct name per header item)
+    in_flight_name: str
     #: the name of the rule's budget in storage (its counts, apart from other rules')
     budget: str
     #: tier -> the `Policy` of each of its limits, in order (as ``tiers``)
@@ -146,6 +165,8 @@ class Rule:
         block_for: BlockLike | None = None,
         block_reset: str | float = "1 day",
         settle: SettleCost | None = None,
+        concurrency: int | None = None,
+        lease: str | float = DEFAULT_LEASE,
     ) -> None:
         self.path = path
         self._pattern = _compile_path(path)
@@ -183,13 +204,26 @@ class Rule:
             )
         self.settle = settle
         self.block = self._parse_block(block_for, block_reset)
-        if limits is None and messages is None:
+        self.concurrency = concurrency
+        self.in_flight = (
+            None if concurrency is None else InFlight(concurrency, lease, f"rule {self.name!r}: ")
+        )
+        if concurrency is None and lease != DEFAULT_LEASE:
             raise ConfigurationError(
-                f"rule {self.name!r}: give limits=... (or messages=... for websocket rules)"
+                f"rule {self.name!r}: lease={lease!r} applies to in-flight limits only (give "
+                "concurrency=N too, or remove lease)"
+            )
+        if limits is None and self.in_flight is None and messages is None:
+            raise ConfigurationError(
+                f"rule {self.name!r}: no limits (give limits='5/minute', concurrency=2, or "
+                "messages='10/second' for websocket rules)"
             )
         # A messages-only rule still matches its requests, with nothing to count for them.
         self.tiers = {None: ()} if limits is None else self._parse_tiers(limits)
         self.messages = () if messages is None else self._parse_messages(messages)
+        self.in_flight_name = self.name
+        if self.in_flight is not None and limits is not None:
+            self.in_flight_name = f"{self.name} {self.in_flight.text}"
         self.policies = {
             tier: tuple(
                 [

@@ -22,6 +22,11 @@ the Python API, validated with the same messages plus the file's name and line.
     path = "/ws"
     messages = "10/second"     # each websocket connection's messages (limits may be left out)
 
+    [[rules]]
+    path = "/export"
+    concurrency = 2                # at most 2 in flight at once, per identity
+    lease = "2 minutes"
+
     rules = load_rules_file("ratelimit.toml")   # RulesFile(rules=(...), default_limits=...)
 """
 
@@ -60,6 +65,8 @@ _RULE_KEYS = (
     "mode",
     "block_for",
     "block_reset",
+    "concurrency",
+    "lease",
 )
 _LIMIT_KEYS = ("rate", "algorithm", "burst")
 
@@ -178,11 +185,11 @@ def _rule(lines: _Lines, index: int, item: object) -> Rule:
             )
     if "path" not in item:
         raise lines.error(line, f'rule #{index + 1} has no path (e.g. path = "/search")')
-    if "limits" not in item and "messages" not in item:
+    if "limits" not in item and "messages" not in item and "concurrency" not in item:
         raise lines.error(
             line,
-            f'rule #{index + 1} has no limits (e.g. limits = "5/minute", or messages = '
-            '"10/second" for websocket rules)',
+            f'rule #{index + 1} has no limits (e.g. limits = "5/minute", concurrency = 2, or '
+            'messages = "10/second" for websocket rules)',
         )
     options = {
         key: value for key, value in item.items() if key not in ("path", "limits", "messages")

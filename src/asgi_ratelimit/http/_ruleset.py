@@ -55,6 +55,7 @@ class Route(NamedTuple):
     rules: tuple[Rule, ...]
     #: nothing to call per request: every rule's cost is a number, its key a built-in kind,
     #: and it counts every admitted request at its cost (no ``count_when``, no ``settle``)
+    #: and no request in flight
     static: bool
     #: tier -> its `Plan`; the tier None is every tier no rule of the route names
     plans: dict[str | None, Plan]
@@ -123,6 +124,9 @@ class RuleSet:
             for policies in rule.policies.values()
             for policy in policies
         }
+        for rule in self.all_rules:
+            if rule.in_flight is not None:
+                self._policy_routes[rule.in_flight_name] = rule.path
 
     @property
     def all_rules(self) -> tuple[Rule, ...]:
@@ -174,6 +178,7 @@ class RuleSet:
             and not callable(rule.key)
             and rule.count_when is None
             and rule.settle is None
+            and rule.in_flight is None
             for rule in rules
         )
         found = Route(method, paths[0], rules, static, self._plans(rules, paths[0]))
@@ -231,5 +236,9 @@ class RuleSet:
                 for tier, named in rule.tiers.items()
             ]
             text = "; ".join(text if tier is None else f"{tier}: {text}" for tier, text in tiers)
+            if rule.in_flight is not None:
+                text = (
+                    rule.in_flight.text if text == "unlimited" else f"{text}, {rule.in_flight.text}"
+                )
             described.append(f"{rule.name}: {text}")
         return described

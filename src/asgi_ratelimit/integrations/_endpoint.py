@@ -35,10 +35,12 @@ from .._engine import validate_failure_policy
 from .._errors import ConfigurationError
 from .._headers import HeaderRenderer
 from .._identity import Identity
+from .._in_flight import DEFAULT_LEASE, InFlight
 from .._log_once import LogOnce
 from .._rates import LimitsLike, parse_limits
 from ..backends._protocol import Check
-from ..http._ledger import SETTLES, decided, refund_all, remember
+from ..http._in_flight import Slot, Slots
+from ..http._ledger import RELEASES, SETTLES, decided, refund_all, remember
 from ..http._on_limited import OnLimited, custom_response, validate_on_limited
 from ..http._own_keys import KeyFunction, own_key
 from ..http._policy import Access
@@ -72,13 +74,15 @@ class EndpointLimit:
     uses it. ``key="ip"`` counts per client IP whatever the identity; ``key="global"`` counts
     everyone together; ``key=callable(request) -> str | None`` (sync or async, it may read the
     body) counts per what it answers, None leaving the limit out. ``on_limited`` (else the
-    limiter's) answers refusals.
+    limiter's) answers refusals. ``concurrency=N`` (with ``lease``, as for `Rule`) admits at
+    most N requests of one key in flight at once; `RateLimitMiddleware` gives the slot back
+    when the response ends (without it, the dependency's exit or the endpoint's return does).
     """
 
     def __init__(
         self,
         limiter: RateLimiter,
-        limits: LimitsLike,
+        limits: LimitsLike | None,
         *,
         cost: CostLike = 1,
         key: EndpointKey | KeyFunction = "identity",
@@ -86,9 +90,26 @@ class EndpointLimit:
         on_backend_error: FailurePolicy | None = None,
         on_limited: OnLimited | None = None,
         count_when: Callable[[int], bool] | None = None,
+        concurrency: int | None = None,
+        lease: str | float = DEFAULT_LEASE,
     ) -> None:
         self.limiter = limiter
-        self.limits = tuple(limiter.backend.validate_limit(lim) for lim in parse_limits(limits))
+        if limits is None and concurrency is None:
+            raise ConfigurationError(
+                "limit(): no limits (give limits such as '5/minute', concurrency=2, or both)"
+            )
+        if concurrency is None and lease != DEFAULT_LEASE:
+            raise ConfigurationError(
+                f"limit(): lease={lease!r} applies to in-flight limits only (give "
+                "concurrency=N too, or remove lease)"
+            )
+        #: at most ``concurrency`` requests in flight at once, on leases (None: no such limit)
+        self.in_flight = None if concurrency is None else InFlight(concurrency, lease, "limit(): ")
+        self.limits = (
+            ()
+            if limits is None
+            else tuple(limiter.backend.validate_limit(lim) for lim in parse_limits(limits))
+        )
         if not callable(key) and key not in ENDPOINT_KEYS:
             raise ConfigurationError(
                 f"key={key!r}: unknown key (use 'identity', 'ip', 'global' or a callable "
@@ -119,8 +140,11 @@ class EndpointLimit:
                 "status: status >= 400) or None"
             )
         self.count_when = count_when
-        if count_when is not None:  # the middleware records each response's status for it
+        if count_when is not None or concurrency is not None:
+            # The middleware records each response's status for it, and sees its end.
             limiter.settles_routes = True
+        if self.in_flight is not None:
+            self._slots()  # a backend that keeps no leases is refused here, not per request
         self._responses = Responses(limiter.renderer)
         style = limiter.header_style
         self._legacy = HeaderRenderer("legacy") if style in ("both", "legacy") else None
@@ -128,8 +152,15 @@ class EndpointLimit:
         self._log = LogOnce()
 
     def __repr__(self) -> str:
-        texts = ", ".join(limit.text for limit in self.limits)
-        return f"EndpointLimit({texts!r}, key={self.key!r}, name={self.name!r})"
+        return f"EndpointLimit({self.text!r}, key={self.key!r}, name={self.name!r})"
+
+    @property
+    def text(self) -> str:
+        """Its limits, as people read them: ``"100/hour, 2 in flight"``."""
+        texts = [limit.text for limit in self.limits]
+        if self.in_flight is not None:
+            texts.append(self.in_flight.text)
+        return ", ".join(texts)
 
     def policy_name(self, route_name: str) -> str:
         """The policy's name in the headers: ``name``, else the route's path template."""
@@ -147,30 +178,63 @@ class EndpointLimit:
             if consume and access.verdict == "blocked" and self.limiter.observers:
                 self.limiter.report(access, request.method, None, 0.0)
             return access
-        checks, policies = await self.checks(request, identity)
+        checks, policies, slot = await self._planned(request, identity)
         start = perf_counter()
-        own = self.limiter.engine.decide(checks, policies, identity, consume)
-        if not isinstance(own, Decision):
-            own = await own
+        taken = None
+        if slot is not None and consume:
+            # The slot first: a request it refuses is counted by no rate limit.
+            taken = await self._slots().take([slot])
+            if not taken.allowed:
+                await refund_all(scope)
+                refused = await self._slots().decision(taken, None, identity)
+                return self._reported(refused, request, policies, start)
+        try:
+            decided_here = self.limiter.engine.decide(checks, policies, identity, consume)
+            own = decided_here if isinstance(decided_here, Decision) else await decided_here
+        except BaseException:
+            if taken is not None:
+                await self._slots().refused(taken)
+            raise
         if not consume:
             return own
-        if self.limiter.observers:
-            route = policies[0].route if policies else None
-            self.limiter.report(own, request.method, route, perf_counter() - start)
+        if taken is not None:
+            own = await self._slots().decision(taken, own, identity)
+        self._reported(own, request, policies, start)
         if not own.allowed:
             await refund_all(scope)  # refused here: what the doors before took goes back
             return own
         before = earlier.policies if earlier is not None else ()
         combined = Decision.of((*before, *own.policies), identity)
+        earlier_charge = earlier.charge if earlier is not None else None
         if own.charge is not None:  # what this door took, then what the earlier ones took
-            earlier_charge = earlier.charge if earlier is not None else None
             combined.charge = (*own.charge[:3], earlier_charge)
+        else:  # it took nothing (an in-flight limit alone): the earlier doors' charge stays
+            combined.charge = earlier_charge
         remember(scope, combined)
         state = scope["state"]
         state.setdefault(_ROUTE_POLICIES, []).extend(own.policies)
         if self.count_when is not None and own.charge is not None:
             self._settle_later(state, own.charge)
+        if own.release is not None:
+            releases = state.get(RELEASES)
+            if releases is not None:  # the middleware gives it back when the response ends
+                releases.append(own.release)
         return own
+
+    def _reported(
+        self, own: Decision, request: Request, policies: list[Policy], start: float
+    ) -> Decision:
+        """``own``, told to the limiter's observers."""
+        if self.limiter.observers:
+            route = policies[0].route if policies else None
+            self.limiter.report(own, request.method, route, perf_counter() - start)
+        return own
+
+    def _slots(self) -> Slots:
+        slots = self.limiter.policy.slots
+        if slots is None:
+            slots = self.limiter.policy.slots = Slots(self.limiter.engine)
+        return slots
 
     def _settle_later(self, state: MutableMapping[str, Any], charge: Charge) -> None:
         """Give ``charge`` back after the response when ``count_when`` does not count its
@@ -201,15 +265,40 @@ class EndpointLimit:
         self, request: Request, identity: Identity
     ) -> tuple[list[Check], list[Policy]]:
         """One `Check` per limit, in the budget of the route (or of ``name``), and its name."""
+        checks, policies, _ = await self._planned(request, identity)
+        return checks, policies
+
+    async def _planned(
+        self, request: Request, identity: Identity
+    ) -> tuple[list[Check], list[Policy], Slot | None]:
+        """`checks`, and the in-flight slot the request wants (None: no in-flight limit)."""
         route_id, route_name = _route_of(request)
         cost = await self._cost(request)
-        subject = None
         if callable(self.key):  # a key of your own: None leaves this limit out
             answer = own_key(self.key, request, identity.key, self, self._log)
             subject = answer if answer is None or isinstance(answer, str) else await answer
             if subject is None:
-                return [], []
-        return self._checks(request.scope, identity, route_id, route_name, cost, subject)
+                return [], [], None
+        else:
+            subject = self._subject(request.scope, identity)
+        checks, policies = self._checks(
+            request.scope, identity, route_id, route_name, cost, subject
+        )
+        slot = None
+        if self.in_flight is not None:
+            name = self.policy_name(route_name)
+            if self.limits:  # one distinct name per header item
+                name = f"{name} {self.in_flight.text}"
+            budget = f"in-flight:{self.name or route_id}"
+            slot = Slot(self.in_flight, name, subject, budget, self.on_backend_error)
+        return checks, policies, slot
+
+    def _subject(self, scope: MutableMapping[str, Any], identity: Identity) -> str:
+        if self.key == "global":
+            return "*"
+        if self.key == "ip":
+            return self.limiter.policy.identities.ip_key(scope)
+        return identity.key
 
     async def usage(self, scope: MutableMapping[str, Any]) -> tuple[PolicyStatus, ...]:
         """This limit's policies as they stand for the caller of ``scope``, consuming
@@ -246,12 +335,7 @@ class EndpointLimit:
         subject: str | None = None,
     ) -> tuple[list[Check], list[Policy]]:
         if subject is None:  # else what a key of your own answered
-            if self.key == "global":
-                subject = "*"
-            elif self.key == "ip":
-                subject = self.limiter.policy.identities.ip_key(scope)
-            else:
-                subject = identity.key
+            subject = self._subject(scope, identity)
         name = self.policy_name(route_name)
         budget = f"route:{self.name or route_id}"
         limits = self.limits

@@ -13,7 +13,7 @@ and the request costs nothing of the middleware's rules either.
 # ``RateLimitDependency.__call__`` at runtime, and an instance has no ``__globals__`` to
 # resolve string annotations against.
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 # Starlette's classes: FastAPI injects them alike, and its HTTPException handler is
@@ -24,6 +24,7 @@ from starlette.responses import Response
 
 from .._decision import Decision
 from .._errors import RateLimitExceeded
+from .._in_flight import DEFAULT_LEASE
 from .._rates import LimitsLike
 from ..http._own_keys import KeyFunction
 from ._endpoint import CostLike, EndpointKey, EndpointLimit
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from .._limiter import RateLimiter
     from ..http._on_limited import OnLimited
 
-__all__ = ["RateLimitDependency", "RateLimitHTTPException"]
+__all__ = ["InFlightDependency", "RateLimitDependency", "RateLimitHTTPException"]
 
 _BODY_HEADERS = frozenset({"content-length", "content-type"})
 
@@ -99,7 +100,7 @@ class RateLimitDependency(EndpointLimit):
     def __init__(
         self,
         limiter: "RateLimiter",
-        limits: LimitsLike,
+        limits: "LimitsLike | None",
         *,
         cost: CostLike = 1,
         key: EndpointKey | KeyFunction = "identity",
@@ -107,6 +108,8 @@ class RateLimitDependency(EndpointLimit):
         on_backend_error: "FailurePolicy | None" = None,
         on_limited: "OnLimited | None" = None,
         count_when: "Callable[[int], bool] | None" = None,
+        concurrency: "int | None" = None,
+        lease: "str | float" = DEFAULT_LEASE,
     ) -> None:
         super().__init__(
             limiter,
@@ -117,6 +120,8 @@ class RateLimitDependency(EndpointLimit):
             on_backend_error=on_backend_error,
             on_limited=on_limited,
             count_when=count_when,
+            concurrency=concurrency,
+            lease=lease,
         )
 
     async def __call__(self, request: Request, response: Response) -> Decision:
@@ -127,3 +132,26 @@ class RateLimitDependency(EndpointLimit):
             raise RateLimitHTTPException(checked if isinstance(checked, Decision) else None, denial)
         self.add_headers(response, request)
         return checked if isinstance(checked, Decision) else Decision.unlimited(checked.identity)
+
+
+class InFlightDependency(RateLimitDependency):
+    """`RateLimitDependency` with an in-flight limit: ``limiter.limit(concurrency=2)``.
+
+        @app.get("/export", dependencies=[Depends(limiter.limit(concurrency=2))])
+        async def export(): ...
+
+    A dependency with ``yield``: FastAPI runs its exit once the response has been sent
+    (streamed to its end, the client gone, or the endpoint raised), and the slot goes back
+    then if `RateLimitMiddleware` (which gives it back as the last body chunk goes out) has
+    not already.
+    """
+
+    async def __call__(  # type: ignore[override]
+        self, request: Request, response: Response
+    ) -> AsyncIterator[Decision]:
+        decision = await RateLimitDependency.__call__(self, request, response)
+        try:
+            yield decision
+        finally:
+            if decision.release is not None:
+                await decision.release()

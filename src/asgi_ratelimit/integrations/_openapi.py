@@ -143,7 +143,7 @@ def _headers_for(style: str) -> dict[str, dict[str, Any]]:
 def route_policies(limiter: RateLimiter, route: Any, method: str) -> list[str]:
     """Human-readable policies limiting ``method`` on ``route``: ``"search: 10/minute"``."""
     policies = [
-        f"{spec.policy_name(route.path_format)}: {', '.join(limit.text for limit in spec.limits)}"
+        f"{spec.policy_name(route.path_format)}: {spec.text}"
         for spec in _endpoint_limits(getattr(route, "dependant", None))
         if spec.limiter is limiter
     ]

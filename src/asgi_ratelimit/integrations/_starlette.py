@@ -25,8 +25,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .._decision import Decision
 from .._errors import ConfigurationError
+from .._in_flight import DEFAULT_LEASE
 from .._rates import LimitsLike
+from ..http._ledger import RELEASES
 from ..http._own_keys import KeyFunction
 from ._endpoint import CostLike, EndpointKey, EndpointLimit
 
@@ -46,7 +49,7 @@ _RESPONSE = "ratelimit_response_"
 
 def limit_endpoint(
     limiter: RateLimiter,
-    limits: LimitsLike,
+    limits: LimitsLike | None,
     *,
     cost: CostLike = 1,
     key: EndpointKey | KeyFunction = "identity",
@@ -54,6 +57,8 @@ def limit_endpoint(
     on_backend_error: FailurePolicy | None = None,
     on_limited: OnLimited | None = None,
     count_when: Callable[[int], bool] | None = None,
+    concurrency: int | None = None,
+    lease: str | float = DEFAULT_LEASE,
 ) -> Callable[[Endpoint], Endpoint]:
     """Decorate an ``async def`` endpoint: 429 when over, headers when not.
 
@@ -62,6 +67,9 @@ def limit_endpoint(
             return JSONResponse(...)
 
     Methods of an ``HTTPEndpoint`` work too. The decision is on ``request.state.rate_limit``.
+    With ``concurrency=N``, `RateLimitMiddleware` gives the slot back when the response ends;
+    without it, a Starlette ``Response`` gives it back once sent, anything else when the
+    endpoint returns.
     """
     spec = EndpointLimit(
         limiter,
@@ -72,6 +80,8 @@ def limit_endpoint(
         on_backend_error=on_backend_error,
         on_limited=on_limited,
         count_when=count_when,
+        concurrency=concurrency,
+        lease=lease,
     )
 
     def decorate(endpoint: Endpoint) -> Endpoint:
@@ -95,11 +105,21 @@ def limit_endpoint(
             denial = await spec.refusal(request, checked)
             if denial is not None:
                 return denial
-            result = await endpoint(*args, **kwargs)
+            release = _own_release(checked, request)
+            try:
+                result = await endpoint(*args, **kwargs)
+            except BaseException:
+                if release is not None:
+                    await release()
+                raise
             if isinstance(result, Response):
                 spec.add_headers(result, request)
+                if release is not None:  # the slot is held until the response is sent
+                    return _Releasing(result, release)
             elif injected is not None:  # FastAPI: the response it builds gets these headers
                 spec.add_headers(injected, request)
+            if release is not None:
+                await release()
             return result
 
         # FastAPI reads this signature: it fills in the Request and the Response we added.
@@ -108,6 +128,32 @@ def limit_endpoint(
         return limited  # type: ignore[return-value]
 
     return decorate
+
+
+def _own_release(checked: object, request: Request) -> Callable[[], Awaitable[None]] | None:
+    """What gives back the slot the request took here, when no middleware does it."""
+    if not isinstance(checked, Decision) or checked.release is None:
+        return None
+    state = request.scope.get("state") or {}
+    return None if RELEASES in state else checked.release
+
+
+class _Releasing(Response):
+    """An endpoint's response, giving back its in-flight slot once it has been sent."""
+
+    def __init__(self, response: Response, release: Callable[[], Awaitable[None]]) -> None:
+        self.__dict__.update(response.__dict__)  # its headers, status and body, as they are
+        self._response = response
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # What was set on this one since (FastAPI's background tasks) is the response's too.
+        own = {"_response", "_release"}
+        vars(self._response).update({k: v for k, v in vars(self).items() if k not in own})
+        try:
+            await self._response(scope, receive, send)
+        finally:
+            await self._release()
 
 
 def _keyword(name: str, annotation: type) -> inspect.Parameter:

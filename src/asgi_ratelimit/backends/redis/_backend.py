@@ -35,6 +35,7 @@ from ._cross_slot import run_across_slots
 from ._deny_cache import DenyCache
 from ._health import Health
 from ._keys import KeyNames
+from ._leases import RedisLeases
 from ._node import Node, fix_for
 from ._resp import pack
 from ._script import Mode, decode
@@ -163,6 +164,9 @@ class RedisBackend:
         self.deny_cache: DenyCache | None = DenyCache() if deny_cache else None
         ttl_margin_ms = 0 if clock is None else int(_INJECTED_CLOCK_TTL_MARGIN * 1000)
         self._script = ScriptCaller(ttl_margin_ms=ttl_margin_ms)
+        self._leases = RedisLeases(
+            self.command, self._keys, None if clock is None else self._local_now, ttl_margin_ms
+        )
         self.health = Health(lambda: repr(self))
 
         def make_node(
@@ -299,6 +303,10 @@ class RedisBackend:
             raise self._refused(exc, key) from exc
         except ConnectionLost as exc:
             raise BackendError(f"{self!r}: {exc}") from exc
+
+    def leases(self) -> RedisLeases:
+        """The slots of in-flight limits, in the same Redis (and hash tags) as the limits."""
+        return self._leases
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
         """Forget ``key``: every budget of it, or only its direct-use ``limits``."""

@@ -1,0 +1,72 @@
+"""The lease stores of in-flight limits, one contract on memory, Redis and a Redis Cluster:
+exact counts, exact expiry on a fake clock, and a wait that never passes the oldest lease."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from asgi_ratelimit.backends import MemoryBackend
+from asgi_ratelimit.backends._leases import Grant, Leases
+from asgi_ratelimit.backends.redis import RedisBackend
+from tests.conftest import FakeClock
+
+ALIGNED = 1_800_000_000.0
+SECOND = 1_000_000
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis),
+                        pytest.param("cluster", marks=pytest.mark.redis)])  # fmt: skip
+async def leases(
+    request: pytest.FixtureRequest, prefix: str
+) -> AsyncIterator[tuple[Leases, FakeClock]]:
+    clock = FakeClock(ALIGNED)
+    if request.param == "memory":
+        yield MemoryBackend(clock=clock).leases(), clock
+        return
+    url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
+    async with RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0) as backend:
+        yield backend.leases(), clock
+
+
+async def test_at_most_n_leases_and_each_given_back_once(
+    leases: tuple[Leases, FakeClock],
+) -> None:
+    store, clock = leases
+    first = await store.acquire("user:1", "rule:export", 2, 10 * SECOND)
+    clock.advance(4)
+    second = await store.acquire("user:1", "rule:export", 2, 10 * SECOND)
+    assert (first.granted, first.in_flight, second.granted, second.in_flight) == (
+        True, 1, True, 2,
+    )  # fmt: skip
+    assert first.token != second.token
+    refused = await store.acquire("user:1", "rule:export", 2, 10 * SECOND)
+    assert refused == Grant(False, 2, 1.0, "")  # a wait is at most a second
+    clock.advance(5.5)  # the oldest lease ends in half a second: the wait is that, no more
+    refused = await store.acquire("user:1", "rule:export", 2, 10 * SECOND)
+    assert refused == Grant(False, 2, 0.5, "")
+    # other identities and other budgets have leases of their own
+    assert (await store.acquire("user:2", "rule:export", 2, 10 * SECOND)).in_flight == 1
+    assert (await store.acquire("user:1", "rule:other", 2, 10 * SECOND)).in_flight == 1
+    await store.release("user:1", "rule:export", first.token)
+    await store.release("user:1", "rule:export", first.token)  # twice: nothing more
+    third = await store.acquire("user:1", "rule:export", 2, 10 * SECOND)
+    assert (third.granted, third.in_flight) == (True, 2)
+    assert not (await store.acquire("user:1", "rule:export", 2, 10 * SECOND)).granted
+
+
+async def test_a_lease_ends_at_its_length_to_the_microsecond(
+    leases: tuple[Leases, FakeClock],
+) -> None:
+    store, clock = leases
+    clock.now = ALIGNED  # whole seconds: microseconds are exact
+    held = await store.acquire("user:1", "rule:export", 1, 2 * SECOND)
+    assert held.granted
+    clock.now = ALIGNED + 1.999999
+    assert not (await store.acquire("user:1", "rule:export", 1, 2 * SECOND)).granted
+    clock.now = ALIGNED + 2
+    after = await store.acquire("user:1", "rule:export", 1, 2 * SECOND)
+    assert (after.granted, after.in_flight) == (True, 1)  # the ended lease was dropped
+    await store.release("user:1", "rule:export", held.token)  # late: takes nothing
+    assert not (await store.acquire("user:1", "rule:export", 1, 2 * SECOND)).granted
