@@ -6,7 +6,6 @@ memory, Redis and Redis Cluster, under a fake clock: exact counts and exact wait
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -32,24 +31,6 @@ def clock() -> FakeClock:
     return FakeClock(ALIGNED)
 
 
-@pytest.fixture(
-    params=[
-        "memory",
-        pytest.param("redis", marks=pytest.mark.redis),
-        pytest.param("cluster", marks=pytest.mark.redis),
-    ]
-)
-async def backend(
-    request: pytest.FixtureRequest, clock: FakeClock, prefix: str
-) -> AsyncIterator[Backend]:
-    if request.param == "memory":
-        yield MemoryBackend(clock=clock)
-        return
-    url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
-    async with RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0) as redis:
-        yield redis
-
-
 def fixed(rate: str) -> Limit:
     return Limit(rate, algorithm="fixed_window")
 
@@ -66,17 +47,19 @@ def app_with(limiter: RateLimiter) -> Starlette:
     return app
 
 
-def blocking(backend: Backend, *rules: Rule) -> RateLimiter:
-    return RateLimiter(backend=backend, rules=list(rules))
+def blocking(any_backend: Backend, *rules: Rule) -> RateLimiter:
+    return RateLimiter(backend=any_backend, rules=list(rules))
 
 
 def waits(response: httpx.Response) -> tuple[int, str | None]:
     return response.status_code, response.headers.get("retry-after")
 
 
-async def test_a_refusal_blocks_for_the_whole_duration(backend: Backend, clock: FakeClock) -> None:
+async def test_a_refusal_blocks_for_the_whole_duration(
+    any_backend: Backend, clock: FakeClock
+) -> None:
     rule = Rule(LOGIN, limits=fixed("3/minute"), block_for="15 minutes", key="ip", name="login")
-    async with client(app_with(blocking(backend, rule))) as http:
+    async with client(app_with(blocking(any_backend, rule))) as http:
         assert [(await http.post(LOGIN)).status_code for _ in range(3)] == [200] * 3
         refused = await http.post(LOGIN)
         assert waits(refused) == (429, "900")
@@ -90,7 +73,7 @@ async def test_a_refusal_blocks_for_the_whole_duration(backend: Backend, clock: 
 
 
 async def test_repeated_violations_escalate_until_block_reset(
-    backend: Backend, clock: FakeClock
+    any_backend: Backend, clock: FakeClock
 ) -> None:
     rule = Rule(
         LOGIN,
@@ -99,7 +82,7 @@ async def test_repeated_violations_escalate_until_block_reset(
         block_reset="1 day",
         key="ip",
     )
-    async with client(app_with(blocking(backend, rule))) as http:
+    async with client(app_with(blocking(any_backend, rule))) as http:
 
         async def violate() -> str | None:
             codes = [(await http.post(LOGIN)).status_code for _ in range(2)]
@@ -120,11 +103,11 @@ async def test_repeated_violations_escalate_until_block_reset(
 
 
 async def test_requests_during_a_block_neither_extend_it_nor_count(
-    backend: Backend, clock: FakeClock
+    any_backend: Backend, clock: FakeClock
 ) -> None:
     strict = Rule(LOGIN, limits=fixed("2/minute"), block_for="10 minutes", key="ip", name="a")
     hourly = Rule(LOGIN, limits=fixed("10/hour"), key="ip", name="b")
-    async with client(app_with(blocking(backend, strict, hourly))) as http:
+    async with client(app_with(blocking(any_backend, strict, hourly))) as http:
         assert [(await http.post(LOGIN)).status_code for _ in range(3)] == [200, 200, 429]
         for second in range(10):
             clock.advance(30)
@@ -136,22 +119,24 @@ async def test_requests_during_a_block_neither_extend_it_nor_count(
         assert admitted.headers["ratelimit"] == '"a";r=1;t=60, "b";r=7;t=3000'
 
 
-async def test_another_rules_refusal_starts_no_block(backend: Backend, clock: FakeClock) -> None:
+async def test_another_rules_refusal_starts_no_block(
+    any_backend: Backend, clock: FakeClock
+) -> None:
     blocks = Rule(LOGIN, limits=fixed("5/minute"), block_for="1 hour", key="ip", name="a")
     tight = Rule(LOGIN, limits=fixed("2/minute"), key="ip", name="b")
-    async with client(app_with(blocking(backend, blocks, tight))) as http:
+    async with client(app_with(blocking(any_backend, blocks, tight))) as http:
         assert [(await http.post(LOGIN)).status_code for _ in range(3)] == [200, 200, 429]
         clock.advance(60)
         assert [(await http.post(LOGIN)).status_code for _ in range(3)] == [200, 200, 429]
 
 
 async def test_concurrent_requests_start_one_block_and_pass_the_limit_only(
-    backend: Backend, clock: FakeClock
+    any_backend: Backend, clock: FakeClock
 ) -> None:
     rule = Rule(
         LOGIN, limits=fixed("3/minute"), block_for=["1 minute", "1 hour"], key="ip", name="x"
     )
-    async with client(app_with(blocking(backend, rule))) as http:
+    async with client(app_with(blocking(any_backend, rule))) as http:
         answers = await asyncio.gather(*[http.post(f"{LOGIN}?slow=0.01") for _ in range(20)])
         assert sorted(response.status_code for response in answers) == [200] * 3 + [429] * 17
         clock.advance(60)  # one violation, however many refusals: the first block ends
@@ -159,9 +144,9 @@ async def test_concurrent_requests_start_one_block_and_pass_the_limit_only(
         assert waits(await http.post(LOGIN)) == (429, "3600")
 
 
-async def test_peeks_report_a_block_and_start_none(backend: Backend, clock: FakeClock) -> None:
+async def test_peeks_report_a_block_and_start_none(any_backend: Backend, clock: FakeClock) -> None:
     rule = Rule(LOGIN, limits=fixed("2/minute"), block_for="10 minutes", key="ip", name="x")
-    async with client(app_with(blocking(backend, rule))) as http:
+    async with client(app_with(blocking(any_backend, rule))) as http:
         assert [(await http.post(LOGIN)).status_code for _ in range(2)] == [200, 200]
         for _ in range(3):  # an exhausted budget, peeked at: no violation
             usage = (await http.get("/rate_limit")).json()["resources"]["x"]
@@ -172,9 +157,9 @@ async def test_peeks_report_a_block_and_start_none(backend: Backend, clock: Fake
         assert (usage["remaining"], usage["reset"]) == (0, 600)
 
 
-async def test_reset_lifts_a_block(backend: Backend, clock: FakeClock) -> None:
+async def test_reset_lifts_a_block(any_backend: Backend, clock: FakeClock) -> None:
     rule = Rule(LOGIN, limits=fixed("1/minute"), block_for="1 hour", key="ip")
-    limiter = blocking(backend, rule)
+    limiter = blocking(any_backend, rule)
     async with client(app_with(limiter), peer="198.51.100.7") as http:
         assert [(await http.post(LOGIN)).status_code for _ in range(2)] == [200, 429]
         await limiter.reset("ip:198.51.100.7")

@@ -6,7 +6,6 @@ a fake clock: exact remaining counts."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 
 import pytest
 from starlette.applications import Starlette
@@ -16,7 +15,6 @@ from starlette.routing import Route
 
 from asgi_ratelimit import ConfigurationError, Limit, RateLimiter, RateLimitMiddleware, Rule
 from asgi_ratelimit.backends import Backend, MemoryBackend
-from asgi_ratelimit.backends.redis import RedisBackend
 from tests.conftest import FakeClock
 
 from .conftest import client
@@ -27,24 +25,6 @@ ALIGNED = 1_800_000_000.0  # a multiple of 60: windows start now
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(ALIGNED)
-
-
-@pytest.fixture(
-    params=[
-        "memory",
-        pytest.param("redis", marks=pytest.mark.redis),
-        pytest.param("cluster", marks=pytest.mark.redis),
-    ]
-)
-async def backend(
-    request: pytest.FixtureRequest, clock: FakeClock, prefix: str
-) -> AsyncIterator[Backend]:
-    if request.param == "memory":
-        yield MemoryBackend(clock=clock)
-        return
-    url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
-    async with RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0) as redis:
-        yield redis
 
 
 async def complete(request: Request) -> Response:
@@ -58,9 +38,9 @@ def tokens_used(status: int, headers: dict[str, str]) -> float:
     return int(headers["x-tokens-used"])
 
 
-def limiter_on(backend: Backend, limit: Limit, **options: object) -> RateLimiter:
+def limiter_on(any_backend: Backend, limit: Limit, **options: object) -> RateLimiter:
     rule = Rule("/complete", limits=limit, cost=100, settle=tokens_used, name="tokens", **options)  # type: ignore[arg-type]
-    return RateLimiter(backend=backend, rules=[rule])
+    return RateLimiter(backend=any_backend, rules=[rule])
 
 
 def app_with(limiter: RateLimiter) -> Starlette:
@@ -77,8 +57,10 @@ def remaining(response: object) -> int:
     "algorithm",
     ["fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "gcra"],
 )
-async def test_the_difference_is_given_back_or_charged(backend: Backend, algorithm: str) -> None:
-    limiter = limiter_on(backend, Limit("1000/minute", algorithm=algorithm))  # type: ignore[arg-type]
+async def test_the_difference_is_given_back_or_charged(
+    any_backend: Backend, algorithm: str
+) -> None:
+    limiter = limiter_on(any_backend, Limit("1000/minute", algorithm=algorithm))  # type: ignore[arg-type]
     async with client(app_with(limiter)) as http:
         first = await http.get("/complete?tokens=30")
         assert remaining(first) == 900  # the estimate, charged before the answer
@@ -88,8 +70,8 @@ async def test_the_difference_is_given_back_or_charged(backend: Backend, algorit
         assert remaining(third) == 1000 - 30 - 250 - 100  # the second at 250: 150 more
 
 
-async def test_a_refusal_happens_on_the_estimate(backend: Backend) -> None:
-    limiter = limiter_on(backend, Limit("250/minute", algorithm="fixed_window"))
+async def test_a_refusal_happens_on_the_estimate(any_backend: Backend) -> None:
+    limiter = limiter_on(any_backend, Limit("250/minute", algorithm="fixed_window"))
     async with client(app_with(limiter)) as http:
         assert remaining(await http.get("/complete?tokens=100")) == 150
         assert remaining(await http.get("/complete?tokens=110")) == 50
@@ -97,8 +79,10 @@ async def test_a_refusal_happens_on_the_estimate(backend: Backend) -> None:
         assert (refused.status_code, remaining(refused)) == (429, 40)
 
 
-async def test_an_extra_charge_never_goes_below_zero(backend: Backend, clock: FakeClock) -> None:
-    limiter = limiter_on(backend, Limit("300/minute", algorithm="fixed_window"))
+async def test_an_extra_charge_never_goes_below_zero(
+    any_backend: Backend, clock: FakeClock
+) -> None:
+    limiter = limiter_on(any_backend, Limit("300/minute", algorithm="fixed_window"))
     async with client(app_with(limiter)) as http:
         assert remaining(await http.get("/complete?tokens=100")) == 200
         assert remaining(await http.get("/complete?tokens=5000")) == 100  # charged up to 300
@@ -108,9 +92,9 @@ async def test_an_extra_charge_never_goes_below_zero(backend: Backend, clock: Fa
         assert remaining(await http.get("/complete?tokens=100")) == 200
 
 
-async def test_count_when_comes_first(backend: Backend) -> None:
+async def test_count_when_comes_first(any_backend: Backend) -> None:
     limiter = limiter_on(
-        backend,
+        any_backend,
         Limit("1000/minute", algorithm="fixed_window"),
         count_when=lambda status: status < 500,
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 from starlette.applications import Starlette
@@ -24,7 +23,6 @@ from asgi_ratelimit import (
     Rule,
 )
 from asgi_ratelimit.backends import Backend, MemoryBackend
-from asgi_ratelimit.backends.redis import RedisBackend
 from tests.conftest import FakeClock
 
 from .conftest import client
@@ -43,24 +41,6 @@ ALGORITHMS = [
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(ALIGNED)
-
-
-@pytest.fixture(
-    params=[
-        "memory",
-        pytest.param("redis", marks=pytest.mark.redis),
-        pytest.param("cluster", marks=pytest.mark.redis),
-    ]
-)
-async def backend(
-    request: pytest.FixtureRequest, clock: FakeClock, prefix: str
-) -> AsyncIterator[Backend]:
-    if request.param == "memory":
-        yield MemoryBackend(clock=clock)
-        return
-    url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
-    async with RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0) as redis:
-        yield redis
 
 
 async def work(request: Request) -> Response:
@@ -83,10 +63,10 @@ def app_with(limiter: RateLimiter) -> Starlette:
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 async def test_a_soft_limit_admits_its_share_above_and_advertises_the_limit(
-    backend: Backend, algorithm: str
+    any_backend: Backend, algorithm: str
 ) -> None:
     limit = Limit("100/minute", algorithm=algorithm, soft=0.1)  # type: ignore[arg-type]
-    limiter = RateLimiter(backend=backend)
+    limiter = RateLimiter(backend=any_backend)
     decisions = [await limiter.hit("client", limit) for _ in range(111)]
     assert [d.allowed for d in decisions] == [True] * 110 + [False]
     assert [d.remaining for d in decisions[:100]] == list(range(99, -1, -1))
@@ -95,10 +75,10 @@ async def test_a_soft_limit_admits_its_share_above_and_advertises_the_limit(
     assert decisions[-1].retry_after > 0
 
 
-async def test_a_soft_limits_headers_say_the_limit(backend: Backend) -> None:
+async def test_a_soft_limits_headers_say_the_limit(any_backend: Backend) -> None:
     soft = Limit("10/minute", algorithm="fixed_window", soft=0.2)
     rule = Rule("/work", limits=soft, name="work")
-    async with client(app_with(RateLimiter(backend=backend, rules=[rule]))) as http:
+    async with client(app_with(RateLimiter(backend=any_backend, rules=[rule]))) as http:
         answers = [await http.get("/work") for _ in range(13)]
     assert [a.status_code for a in answers] == [200] * 12 + [429]
     assert {a.headers["ratelimit-policy"] for a in answers} == {'"work";q=10;w=60'}
@@ -142,10 +122,10 @@ class Load:
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 async def test_an_elastic_limit_stretches_while_there_is_capacity_to_spare(
-    backend: Backend, algorithm: str
+    any_backend: Backend, algorithm: str
 ) -> None:
     load = Load()
-    limiter = RateLimiter(backend=backend, load=LoadMonitor(signal=load))
+    limiter = RateLimiter(backend=any_backend, load=LoadMonitor(signal=load))
     limit = Limit("10/minute", algorithm=algorithm, elastic=2.0)  # type: ignore[arg-type]
     spare = [await limiter.hit("client", limit) for _ in range(21)]
     assert [d.allowed for d in spare] == [True] * 20 + [False]
@@ -153,10 +133,10 @@ async def test_an_elastic_limit_stretches_while_there_is_capacity_to_spare(
 
 
 async def test_an_elastic_limit_is_exactly_the_limit_under_load(
-    backend: Backend,
+    any_backend: Backend,
 ) -> None:
     load = Load()
-    limiter = RateLimiter(backend=backend, load=LoadMonitor(signal=load))
+    limiter = RateLimiter(backend=any_backend, load=LoadMonitor(signal=load))
     limit = Limit("10/minute", algorithm="fixed_window", elastic=2.0)
     load.level = 1.0  # at capacity
     assert [(await limiter.hit("busy", limit)).allowed for _ in range(11)] == [True] * 10 + [False]
