@@ -19,12 +19,14 @@ from typing import Literal, NamedTuple
 
 from .._decision import Charge, Decision, Policy, ResponseHeaders, Settle
 from .._engine import Engine
+from .._errors import ConfigurationError
 from .._identity import Identity
 from .._named import new_named
 from .._overrides import Override, Overrides
 from .._rates import LimitsLike
 from ..backends._protocol import Backend, Check
 from ._access import AccessList
+from ._country import CountryResolver
 from ._identity import IdentityResolver
 from ._own_keys import own_key
 from ._rules import Rule, TieredLimits, validate_cost
@@ -32,6 +34,7 @@ from ._ruleset import Plan, PlanEntry, Route, RuleSet
 from ._settled_costs import charge_at_most, differences
 from ._validation import Validation
 from .identity._base import IdentitySource, Scope
+from .identity._country import CountrySource
 
 __all__ = ["Access", "RequestPolicy"]
 
@@ -67,9 +70,12 @@ class RequestPolicy:
         deny: Iterable[str],
         validate: bool = True,
         overrides: Overrides | None = None,
+        country: CountrySource | Iterable[CountrySource] | None = None,
     ) -> None:
         self.engine = engine
         self.identities = IdentityResolver(identify)
+        #: where requests come from, for the rules that need it
+        self.countries = CountryResolver(country, self.identities)
         #: live limits per identity (`Overrides`); `checks` consults them only while any exist
         self.overrides = overrides if overrides is not None else Overrides(engine.backend)
         self.overrides.on_change = self._overrides_changed
@@ -88,6 +94,15 @@ class RequestPolicy:
         keeps the route it found; the next one sees only the new set. Budgets of rules that
         did not change (same name, same limits) are the same storage and keep counting."""
         ruleset = RuleSet(rules, default_limits, default_tier)
+        if not self.countries:
+            for rule in ruleset.rules:
+                if rule.needs_country:
+                    what = "key='country'" if rule.key == "country" else "countries=[...]"
+                    raise ConfigurationError(
+                        f"rule {rule.name!r}: {what} needs the request's country: pass "
+                        "RateLimiter(country=...), e.g. country=CountryHeader.cloudflare("
+                        "trusted_proxies=[...]) or country=GeoIPCountry('GeoLite2-Country.mmdb')"
+                    )
         allow_list = AccessList(allow, "allow")
         deny_list = AccessList(deny, "deny")
         for rule in ruleset.all_rules:
@@ -234,12 +249,17 @@ class RequestPolicy:
         """The `Check` of every limit of every rule of ``route`` (at ``costs``, per rule),
         and their `Policy`, in the same order: the route's `Plan` for the identity's tier
         (or ``plan``). ``keys`` holds, per rule, the stored key a key of your own answered
-        (None: that rule does not apply)."""
+        (None: that rule does not apply); a rule with ``countries`` applies only to requests
+        from one of them."""
         if plan is None:
             plans = route.plans
             plan = plans.get(identity.tier) or plans[None]
         checks: list[Check] = []
         ip_key = ""
+        # Looked up only for a route with a rule that needs it, once.
+        country = self.countries.country(scope) if route.country else None
+        only = route.countries
+        left_out = keys is not None and None in keys
         subject: str | None
         for index, key, limit, cost, budget, block in plan.limits:
             if key == "identity" or key == "path":
@@ -249,12 +269,19 @@ class RequestPolicy:
                 subject = ip_key
             elif key == "global":
                 subject = "*"
+            elif key == "country":
+                subject = f"country:{country or 'unknown'}"
             else:  # a key of your own, answered before (a route with one is never static)
                 subject = keys[index] if keys is not None else None
+            if only is not None:
+                countries = only[index]
+                if countries is not None and country not in countries:
+                    subject = None  # the rule applies to other countries only
+                    left_out = True
             if costs is not None:  # (a static cost is None only for a cost callable's rule)
                 cost = costs[index]
             checks.append(new_named(Check, (subject, limit, cost, budget, block)))
-        if keys is not None and None in keys:
+        if left_out:
             return _applying(checks, plan.policies)
         return checks, plan.policies
 
@@ -339,7 +366,8 @@ async def _then_charge(
 
 
 def _applying(checks: list[Check], policies: Sequence[Policy]) -> tuple[list[Check], list[Policy]]:
-    """The checks and policies of the rules whose key of your own answered (not None)."""
+    """The checks and policies of the rules that apply: their key of your own answered (not
+    None), and the request's country is one of their ``countries``."""
     kept = [i for i, check in enumerate(checks) if check.key is not None]
     return [checks[i] for i in kept], [policies[i] for i in kept]
 

@@ -55,6 +55,7 @@ _RULE_KEYS = (
     "mode",
     "block_for",
     "block_reset",
+    "countries",
 )
 _LIMIT_KEYS = ("rate", "algorithm", "burst")
 

@@ -58,6 +58,12 @@ class Route(NamedTuple):
     static: bool
     #: tier -> its `Plan`; the tier None is every tier no rule of the route names
     plans: dict[str | None, Plan]
+    #: some rule needs the request's country (``key="country"`` or ``countries``): only
+    #: then is it looked up
+    country: bool = False
+    #: per rule (in order), the countries it applies to (None: all); None when no rule of
+    #: the route has ``countries``
+    countries: tuple[frozenset[str] | None, ...] | None = None
 
 
 class RuleSet:
@@ -131,7 +137,7 @@ class RuleSet:
         rules = tuple(
             rule for rule in self.all_rules if rule.key != "path" and not callable(rule.key)
         )
-        return Route("GET", "", rules, False, self._plans(rules, ""))
+        return _route("GET", "", rules, False, self._plans(rules, ""))
 
     def route_of_policy(self, name: str | None) -> str | None:
         """The path template of the rule a policy name belongs to (None: no rule's)."""
@@ -166,7 +172,7 @@ class RuleSet:
             and rule.settle is None
             for rule in rules
         )
-        found = Route(method, paths[0], rules, static, self._plans(rules, paths[0]))
+        found = _route(method, paths[0], rules, static, self._plans(rules, paths[0]))
         if isinstance(path, str) and len(path) <= _MAX_CACHED_PATH:
             if len(self._routes) >= _CACHE_SIZE:
                 # Clients choose paths (/items/1, /items/2, ...): start over rather than grow.
@@ -223,3 +229,19 @@ class RuleSet:
             text = "; ".join(text if tier is None else f"{tier}: {text}" for tier, text in tiers)
             described.append(f"{rule.name}: {text}")
         return described
+
+
+def _route(
+    method: str, path: str, rules: tuple[Rule, ...], static: bool, plans: dict[str | None, Plan]
+) -> Route:
+    """A `Route`, with what its rules need of the request's country."""
+    filtered = any(rule.countries is not None for rule in rules)
+    return Route(
+        method,
+        path,
+        rules,
+        static,
+        plans,
+        any(rule.needs_country for rule in rules),
+        tuple(rule.countries for rule in rules) if filtered else None,
+    )
