@@ -91,6 +91,9 @@ async def test_clients_of_one_country_share_a_budget_and_another_has_its_own(
     assert await codes(GERMANS[1], limiter, 2) == [200, 429]  # the other German's 2nd
     assert await codes(BRAZILIAN, limiter, 3) == [200, 200, 429]
     assert await codes("2001:db8:77::1", limiter, 3) == [200, 200, 429]  # FR, over IPv6
+    await limiter.reset("country:DE")  # a country's budgets, back in full
+    assert await codes(GERMANS[1], limiter, 3) == [200, 200, 429]
+    assert await codes(BRAZILIAN, limiter, 1) == [429]
 
 
 async def test_an_unknown_country_is_one_budget_of_its_own(
@@ -330,6 +333,32 @@ async def test_a_broken_source_is_logged_once_and_the_next_one_asked(
     errors = [r.getMessage() for r in caplog.records if r.name == "asgi_ratelimit"]
     assert len(errors) == 1
     assert errors[0].startswith("country source <function")
+
+
+async def test_the_usage_endpoint_shows_the_callers_country_rules(
+    limiter_for: Callable[..., RateLimiter], geo_db: Path
+) -> None:
+    limiter = limiter_for(
+        country=GeoIPCountry(geo_db),
+        rules=[
+            Rule(SEARCH, limits=fixed("2/minute"), key="country", name="per-country"),
+            Rule(SEARCH, limits=fixed("1/minute"), countries=["BR"], name="brazil"),
+        ],
+    )
+    app = make_app(limiter)
+    app.add_route("/rate_limit", limiter.usage_endpoint())
+    async with client(app, peer=GERMANS[0]) as http:
+        await http.get(SEARCH)
+    async with client(app, peer=GERMANS[1]) as http:
+        resources = (await http.get("/rate_limit")).json()["resources"]
+        assert list(resources) == ["per-country"]  # Brazil's rule is not the caller's
+        assert resources["per-country"]["remaining"] == 1  # Germany's budget, shared
+    async with client(app, peer=BRAZILIAN) as http:
+        resources = (await http.get("/rate_limit")).json()["resources"]
+        assert [(name, r["remaining"]) for name, r in resources.items()] == [
+            ("per-country", 2),
+            ("brazil", 1),
+        ]
 
 
 # -- configuration -----------------------------------------------------------------------
