@@ -160,6 +160,19 @@ async def test_countries_combine_with_a_per_country_key(
     assert await codes(BRAZILIAN, limiter, 5) == [200] * 5  # not limited at all
 
 
+async def test_an_override_of_a_country_rule_applies_in_its_countries_only(
+    limiter_for: Callable[..., RateLimiter], geo_db: Path
+) -> None:
+    limiter = limiter_for(
+        country=GeoIPCountry(geo_db),
+        rules=[Rule(SEARCH, limits=fixed("1/minute"), countries=["BR"], key="ip", name="br")],
+    )
+    await limiter.overrides.set(f"ip:{BRAZILIAN}", fixed("3/minute"), policy="br")
+    await limiter.overrides.set(f"ip:{GERMANS[0]}", fixed("1/minute"), policy="br")
+    assert await codes(BRAZILIAN, limiter, 4) == [200, 200, 200, 429]
+    assert await codes(GERMANS[0], limiter, 3) == [200] * 3  # the rule is not Germany's
+
+
 # -- the CDN's header --------------------------------------------------------------------
 
 

@@ -256,10 +256,10 @@ class RequestPolicy:
             plan = plans.get(identity.tier) or plans[None]
         checks: list[Check] = []
         ip_key = ""
-        # Looked up only for a route with a rule that needs it, once.
-        country = self.countries.country(scope) if route.country else None
-        only = route.countries
-        left_out = keys is not None and None in keys
+        country: str | None = None
+        if route.countries is not None:  # a rule needs the country: only then looked up
+            country = self.countries.country(scope)
+            plan = _in_country(plan, route.countries, country)
         subject: str | None
         for index, key, limit, cost, budget, block in plan.limits:
             if key == "identity" or key == "path":
@@ -273,15 +273,10 @@ class RequestPolicy:
                 subject = f"country:{country or 'unknown'}"
             else:  # a key of your own, answered before (a route with one is never static)
                 subject = keys[index] if keys is not None else None
-            if only is not None:
-                countries = only[index]
-                if countries is not None and country not in countries:
-                    subject = None  # the rule applies to other countries only
-                    left_out = True
             if costs is not None:  # (a static cost is None only for a cost callable's rule)
                 cost = costs[index]
             checks.append(new_named(Check, (subject, limit, cost, budget, block)))
-        if left_out:
+        if keys is not None and None in keys:
             return _applying(checks, plan.policies)
         return checks, plan.policies
 
@@ -366,10 +361,23 @@ async def _then_charge(
 
 
 def _applying(checks: list[Check], policies: Sequence[Policy]) -> tuple[list[Check], list[Policy]]:
-    """The checks and policies of the rules that apply: their key of your own answered (not
-    None), and the request's country is one of their ``countries``."""
+    """The checks and policies of the rules whose key of your own answered (not None)."""
     kept = [i for i, check in enumerate(checks) if check.key is not None]
     return [checks[i] for i in kept], [policies[i] for i in kept]
+
+
+def _in_country(
+    plan: Plan, countries: tuple[frozenset[str] | None, ...], country: str | None
+) -> Plan:
+    """``plan`` without the limits of the rules whose ``countries`` leave ``country`` out."""
+    kept = [
+        i
+        for i, entry in enumerate(plan.limits)
+        if (only := countries[entry[0]]) is None or country in only
+    ]
+    if len(kept) == len(plan.limits):
+        return plan
+    return Plan(tuple([plan.limits[i] for i in kept]), tuple([plan.policies[i] for i in kept]))
 
 
 def _overridden(plan: Plan, route: Route, found: dict[str, Override]) -> Plan:

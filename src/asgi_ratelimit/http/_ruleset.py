@@ -58,12 +58,9 @@ class Route(NamedTuple):
     static: bool
     #: tier -> its `Plan`; the tier None is every tier no rule of the route names
     plans: dict[str | None, Plan]
-    #: some rule needs the request's country (``key="country"`` or ``countries``): only
-    #: then is it looked up
-    country: bool = False
-    #: per rule (in order), the countries it applies to (None: all); None when no rule of
-    #: the route has ``countries``
-    countries: tuple[frozenset[str] | None, ...] | None = None
+    #: None when no rule needs the request's country (it is then never looked up); else,
+    #: per rule in order, the countries it applies to (None: every country)
+    countries: tuple[frozenset[str] | None, ...] | None
 
 
 class RuleSet:
@@ -235,13 +232,6 @@ def _route(
     method: str, path: str, rules: tuple[Rule, ...], static: bool, plans: dict[str | None, Plan]
 ) -> Route:
     """A `Route`, with what its rules need of the request's country."""
-    filtered = any(rule.countries is not None for rule in rules)
-    return Route(
-        method,
-        path,
-        rules,
-        static,
-        plans,
-        any(rule.needs_country for rule in rules),
-        tuple(rule.countries for rule in rules) if filtered else None,
-    )
+    needs = any(rule.needs_country for rule in rules)
+    countries = tuple([rule.countries for rule in rules]) if needs else None
+    return Route(method, path, rules, static, plans, countries)

@@ -31,10 +31,10 @@ _UNKNOWN = "XX"
 
 def country_code(value: object) -> str | None:
     """``value`` as a country code (``" de"`` -> ``"DE"``), or None when it is not one."""
-    if isinstance(value, (bytes, bytearray)):
+    if not isinstance(value, (str, bytes, bytearray)) or len(value) > 8:
+        return None  # a code and some spaces at most: anything longer is not one
+    if not isinstance(value, str):
         value = bytes(value).decode("latin-1")
-    if not isinstance(value, str) or len(value) > 8:  # a code and some spaces, at most
-        return None
     code = value.strip().upper()
     if not _CODE.fullmatch(code) or code == _UNKNOWN:
         return None

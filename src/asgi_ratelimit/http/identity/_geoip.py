@@ -28,8 +28,10 @@ class GeoIPCountry:
     database whose records hold ``country.iso_code`` (the City ones too).
 
     The address looked up is the client's as the limiter's `ClientIP` resolves it (its
-    ``trusted_proxies`` honoured), or as ``client_ip=`` does when given. Answers are kept per
-    address (bounded). An address the database does not know is an unknown country (None).
+    ``trusted_proxies`` honoured: the limiter hands that address to `lookup`), or as
+    ``client_ip=`` resolves it when given (called on its own, without one: the TCP peer).
+    Answers are kept per address (bounded). An address the database does not know is an
+    unknown country (None).
 
         GeoIPCountry("/var/lib/GeoIP/GeoLite2-Country.mmdb")
         RateLimiter(identify=[ClientIP(trusted_proxies=["10.0.0.0/8"])],
