@@ -3,7 +3,7 @@
     write_country_db(path, {"203.0.113.0/24": "DE", "2001:db8::/32": "FR"})
 
 The format (https://maxmind.github.io/MaxMind-DB/): a binary search tree over the address
-bits (an IPv6 tree; IPv4 networks live under ``::/96``, where readers look them up), 16 zero
+bits (an IPv6 tree, IPv4 networks under ``::/96`` where readers look them up; or IPv4 only), 16 zero
 bytes, a data section of records, then ``\\xab\\xcd\\xefMaxMind.com`` and the metadata map.
 Records are GeoLite2-Country's shape, cut to ``{"country": {"iso_code": ...}}``.
 """
@@ -22,9 +22,11 @@ _RECORD_SIZE = 24  # bits per record: two per node, six bytes a node
 
 
 def write_country_db(
-    path: Path, networks: dict[str, str], database_type: str = "Test-Country"
+    path: Path, networks: dict[str, str], ip_version: int = 6, database_type: str = "Test-Country"
 ) -> Path:
-    """Write a database mapping each network (a CIDR) to its country's ISO code."""
+    """Write a database mapping each network (a CIDR) to its country's ISO code: an IPv6
+    tree (IPv4 under ``::/96``), or an IPv4-only one (``ip_version=4``)."""
+    width = 128 if ip_version == 6 else 32
     data = bytearray()
     offsets: dict[str, int] = {}
     for code in sorted(set(networks.values())):
@@ -38,10 +40,10 @@ def write_country_db(
         network = ipaddress.ip_network(cidr)
         # An IPv4 address as a 128-bit number is ::a.b.c.d: its network sits under ::/96.
         bits = int(network.network_address)
-        length = network.prefixlen + (96 if network.version == 4 else 0)
+        length = network.prefixlen + (width - network.max_prefixlen)
         node = root
         for depth in range(length):
-            bit = (bits >> (127 - depth)) & 1
+            bit = (bits >> (width - 1 - depth)) & 1
             if depth == length - 1:
                 node[bit] = offsets[code]
             else:
@@ -77,7 +79,7 @@ def write_country_db(
             "build_epoch": _Uint64(1_700_000_000),
             "database_type": database_type,
             "description": {"en": "asgi_ratelimit tests"},
-            "ip_version": _Uint16(6),
+            "ip_version": _Uint16(ip_version),
             "languages": ["en"],
             "node_count": _Uint32(count),
             "record_size": _Uint16(_RECORD_SIZE),

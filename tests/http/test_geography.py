@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import maxminddb
 import pytest
 
@@ -22,6 +21,7 @@ from asgi_ratelimit import (
     CountryHeader,
     GeoIPCountry,
     Limit,
+    MemoryBackend,
     RateLimiter,
     Rule,
 )
@@ -74,6 +74,16 @@ def test_the_test_database_is_a_maxmind_db(geo_db: Path) -> None:
         assert reader.get("2001:db8:1::5") == {"country": {"iso_code": "FR"}}
         assert reader.get(NOWHERE[0]) is None
         assert reader.get_with_prefix_len(GERMANS[0]) == ({"country": {"iso_code": "DE"}}, 24)
+
+
+def test_an_ipv6_client_in_an_ipv4_database_has_no_country(tmp_path: Path) -> None:
+    path = write_country_db(tmp_path / "v4.mmdb", {"203.0.113.0/24": "DE"}, ip_version=4)
+    with maxminddb.open_database(path) as reader:
+        assert reader.metadata().ip_version == 4
+    source = GeoIPCountry(path)
+    assert source({"client": (GERMANS[0], 1)}) == "DE"
+    assert source({"client": ("2001:db8::1", 1)}) is None  # the reader refuses: unknown
+    assert source({"client": ("::ffff:203.0.113.9", 1)}) == "DE"  # IPv4-mapped is IPv4
 
 
 # -- per-country budgets -----------------------------------------------------------------
@@ -145,6 +155,18 @@ async def test_a_rule_applies_only_to_its_countries(
     async with client(make_app(limiter), peer=GERMANS[1]) as http:
         response = await http.get(SEARCH)
         assert response.headers["ratelimit-policy"] == '"everyone";q=3;w=60'
+
+
+async def test_a_countries_rule_matches_by_path_so_the_default_limits_do_not_step_in(
+    limiter_for: Callable[..., RateLimiter], geo_db: Path
+) -> None:
+    limiter = limiter_for(
+        country=GeoIPCountry(geo_db),
+        rules=[Rule(SEARCH, limits=fixed("1/minute"), countries=["BR"], key="ip")],
+        default_limits=fixed("2/minute"),
+    )
+    assert await codes(BRAZILIAN, limiter, 2) == [200, 429]
+    assert await codes(GERMANS[0], limiter, 4) == [200] * 4  # matched, then left out
 
 
 async def test_countries_combine_with_a_per_country_key(
@@ -474,8 +496,6 @@ async def test_a_rules_file_takes_a_country_key_and_countries(
         'key = "country"\n'
         'countries = ["de", "BR"]\n'
     )
-    from asgi_ratelimit import MemoryBackend
-
     limiter = RateLimiter(
         backend=MemoryBackend(clock=clock), country=GeoIPCountry(geo_db), rules_file=rules
     )
@@ -497,9 +517,3 @@ async def test_a_rules_file_with_a_country_rule_needs_a_country_source(tmp_path:
     rules.write_text('[[rules]]\npath = "/search"\nlimits = "2/minute"\nkey = "country"\n')
     with pytest.raises(ConfigurationError, match=r"^rule '/search': key='country' needs"):
         RateLimiter(rules_file=rules)
-
-
-def test_httpx_sends_bytes_headers_as_given() -> None:
-    # The malformed-header cases rely on it: no client-side cleaning.
-    request = httpx.Request("GET", "http://x/", headers=[(b"cf-ipcountry", b"1\xff")])
-    assert request.headers.raw[-1] == (b"cf-ipcountry", b"1\xff")
