@@ -21,6 +21,8 @@ PUBLIC = {
         "Limit", "LoadMonitor", "RateLimitMiddleware", "RateLimiter", "Rule",
         # who is asking
         "APIKey", "ClientIP", "Identity", "JWTSubject",
+        # where they are
+        "CountryHeader", "GeoIPCountry",
         # what it answers
         "Decision", "DecisionEvent", "PolicyStatus",
         # where state lives

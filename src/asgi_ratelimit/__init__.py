@@ -22,7 +22,7 @@ from ._middleware import RateLimitMiddleware
 from ._rates import Limit
 from .backends._memory import MemoryBackend
 from .http._rules import Rule
-from .http.identity import APIKey, ClientIP, JWTSubject
+from .http.identity import APIKey, ClientIP, CountryHeader, GeoIPCountry, JWTSubject
 
 __all__ = [
     # limiting
@@ -36,6 +36,9 @@ __all__ = [
     "ClientIP",
     "Identity",
     "JWTSubject",
+    # where they are
+    "CountryHeader",
+    "GeoIPCountry",
     # what it answers
     "Decision",
     "DecisionEvent",

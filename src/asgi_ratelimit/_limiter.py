@@ -36,6 +36,7 @@ from .http._on_limited import OnLimited, validate_on_limited
 from .http._policy import Access, Checked, RequestPolicy
 from .http._rules import Rule, TieredLimits, validate_cost
 from .http.identity._base import IdentitySource, Scope
+from .http.identity._country import CountrySource
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -76,6 +77,11 @@ class RateLimiter:
         )
         app.add_middleware(RateLimitMiddleware, limiter=limiter)
 
+    ``country`` says where requests come from, for rules that count per country
+    (``key="country"``) or apply to some countries (``countries=[...]``): a `CountryHeader`,
+    a `GeoIPCountry`, a callable ``scope -> str | None``, or a list of them (the first that
+    knows wins). It is asked only for routes with such a rule.
+
     ``mode="shadow"`` decides and counts every request but refuses none (watch what it would
     refuse first); ``mode="off"`` decides nothing. ``limiter.mode`` switches at run time; a
     rule's own ``mode`` wins. ``observers`` hear a `DecisionEvent` for every decision (see
@@ -92,6 +98,7 @@ class RateLimiter:
         *,
         backend: Backend | None = None,
         identify: IdentitySource | Iterable[IdentitySource] | None = None,
+        country: CountrySource | Iterable[CountrySource] | None = None,
         rules: Iterable[Rule] = (),
         default_limits: LimitsLike | TieredLimits | None = None,
         default_tier: str = "free",
@@ -138,6 +145,7 @@ class RateLimiter:
             deny=config.deny,
             validate=validate,
             overrides=self.overrides,
+            country=country,
         )
         self._poller: asyncio.Task[None] | None = None
         self.header_style: HeaderStyle = headers

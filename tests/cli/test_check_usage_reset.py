@@ -85,7 +85,7 @@ def test_every_command_has_help() -> None:
         assert result.exit_code == 0
         assert "Usage:" in result.output
     usage_help = runner.invoke(app, ["usage", "--help"], env={"COLUMNS": "200"}).output
-    for option in ("--storage", "--rules", "--tier", "--json"):
+    for option in ("--storage", "--rules", "--tier", "--json", "--country"):
         assert option in usage_help
 
 
@@ -129,6 +129,43 @@ def test_usage_and_reset_on_a_live_redis(rules: Path, redis_url: str) -> None:
     assert result.exit_code == 0, result.output
     assert "every budget is full again" in result.output
     assert {name: q["remaining"] for name, q in usage().items()} == {"login": 5, "api": 60}
+
+
+@pytest.mark.redis
+def test_usage_of_rules_by_country_on_a_live_redis(tmp_path: Path, redis_url: str) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        '[[rules]]\npath = "/signup"\nlimits = "5/minute"\nkey = "country"\nname = "per-country"\n'
+        '[[rules]]\npath = "/signup"\nlimits = "3/minute"\ncountries = ["DE"]\nname = "de"\n'
+    )
+    identity = f"ip:192.0.2.{id(rules) % 200 + 1}"
+
+    async def counted_by_the_app() -> None:
+        backend = RedisBackend.from_url(redis_url)
+        app_limiter = RateLimiter(backend=backend, rules_file=rules, country=lambda scope: "DE")
+        async with backend:
+            await app_limiter.reset("country:DE")
+            await app_limiter.reset_identity(identity)
+            scope = {"type": "http", "method": "GET", "path": "/signup", "headers": [],
+                     "client": (identity[3:], 1)}  # fmt: skip
+            await app_limiter.check(scope)  # type: ignore[misc]
+
+    asyncio.run(counted_by_the_app())
+
+    def usage(*country: str) -> dict[str, int]:
+        result = runner.invoke(
+            app, ["usage", identity, "--storage", redis_url, "--rules", str(rules), "--json",
+                  *country],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        return {name: q["remaining"] for name, q in json.loads(result.output).items()}
+
+    assert usage("--country", "de") == {"per-country": 4, "de": 2}
+    assert usage() == {"per-country": 5}  # an unknown country: no "de" rule, its own budget
+    bad = runner.invoke(app, ["usage", identity, "--storage", redis_url, "--rules", str(rules),
+                              "--country", "Germany"])  # fmt: skip
+    assert bad.exit_code == 2
+    assert "--country 'Germany' is not a country code" in bad.output
 
 
 @pytest.mark.redis

@@ -28,7 +28,7 @@ _ARITY = {
     "gcra": 1,
     "leaky_bucket": 1,
     "sliding_window_log": 0,
-    _BLOCKS: 2,  # (blocked until, violations): a budget's block, beside its limits' tables
+    _BLOCKS: 2,  # (blocked until, violations): a limit's block, beside its table
 }
 # No sweep for expired state before the backend holds this many entries (see _maintain).
 _FIRST_SWEEP = 16

@@ -15,6 +15,7 @@ from rich.table import Table
 from .._errors import ConfigurationError
 from .._identity import Identity
 from .._limiter import RateLimiter
+from ..http.identity._country import country_code
 from ._app import app
 
 __all__ = ["IdentityKey", "Storage", "limiter_on", "reset", "usage"]
@@ -34,9 +35,13 @@ def usage(
         str | None, typer.Option("--tier", help="The identity's tier (default: the rules').")
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    country: Annotated[
+        str | None,
+        typer.Option("--country", help="Where the identity is, for rules by country: DE, BR..."),
+    ] = None,
 ) -> None:
     """Show an identity's budget under every rule, consuming nothing."""
-    limiter = limiter_on(storage, rules)
+    limiter = limiter_on(storage, rules, country)
     statuses = asyncio.run(_usage(limiter, Identity(identity, tier, "cli")))
     if json:
         typer.echo(json_module.dumps(statuses))
@@ -58,9 +63,16 @@ def reset(identity: IdentityKey, storage: Storage) -> None:
     typer.echo(f"{identity}: every budget is full again")
 
 
-def limiter_on(storage: str, rules: Path | None = None) -> RateLimiter:
-    """A limiter on the app's backend at ``storage`` (a Redis URL), with its rules file."""
+def limiter_on(storage: str, rules: Path | None = None, country: str | None = None) -> RateLimiter:
+    """A limiter on the app's backend at ``storage`` (a Redis URL), with its rules file; the
+    requests it is asked about come from ``country`` (None: an unknown country)."""
     try:
+        code = country_code(country)
+        if country is not None and code is None:
+            raise ConfigurationError(
+                f"--country {country!r} is not a country code (use an ISO 3166-1 alpha-2 code "
+                "such as DE or BR)"
+            )
         if storage.startswith("memory://"):
             raise ConfigurationError(
                 f"--storage {storage}: a memory backend lives inside the app's process; give "
@@ -72,6 +84,8 @@ def limiter_on(storage: str, rules: Path | None = None) -> RateLimiter:
             backend=RedisBackend.from_url(storage, fail_fast=True),
             rules_file=rules,
             validate=False,
+            # No request to read it from: the country is the one the command was given.
+            country=lambda scope: code,
         )
     except (ConfigurationError, ImportError) as exc:
         Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)

@@ -26,6 +26,7 @@ from .._overrides import Override, Overrides
 from .._rates import LimitsLike
 from ..backends._protocol import Backend, Check
 from ._access import AccessList
+from ._country import CountryResolver
 from ._identity import IdentityResolver
 from ._in_flight import Slot, Slots
 from ._own_keys import own_key
@@ -34,6 +35,7 @@ from ._ruleset import Plan, PlanEntry, Route, RuleSet
 from ._settled_costs import charge_at_most, differences
 from ._validation import Validation
 from .identity._base import IdentitySource, Scope
+from .identity._country import CountrySource
 
 __all__ = ["Access", "RequestPolicy"]
 
@@ -71,9 +73,12 @@ class RequestPolicy:
         deny: Iterable[str],
         validate: bool = True,
         overrides: Overrides | None = None,
+        country: CountrySource | Iterable[CountrySource] | None = None,
     ) -> None:
         self.engine = engine
         self.identities = IdentityResolver(identify)
+        #: where requests come from, for the rules that need it
+        self.countries = CountryResolver(country, self.identities)
         #: live limits per identity (`Overrides`); `checks` consults them only while any exist
         self.overrides = overrides if overrides is not None else Overrides(engine.backend)
         self.overrides.on_change = self._overrides_changed
@@ -92,6 +97,15 @@ class RequestPolicy:
         keeps the route it found; the next one sees only the new set. Budgets of rules that
         did not change (same name, same limits) are the same storage and keep counting."""
         ruleset = RuleSet(rules, default_limits, default_tier)
+        if not self.countries:
+            for rule in ruleset.rules:
+                if rule.needs_country:
+                    what = "key='country'" if rule.key == "country" else "countries=[...]"
+                    raise ConfigurationError(
+                        f"rule {rule.name!r}: {what} needs the request's country: pass "
+                        "RateLimiter(country=...), e.g. country=CountryHeader.cloudflare("
+                        "trusted_proxies=[...]) or country=GeoIPCountry('GeoLite2-Country.mmdb')"
+                    )
         allow_list = AccessList(allow, "allow")
         deny_list = AccessList(deny, "deny")
         for rule in ruleset.all_rules:
@@ -295,12 +309,17 @@ class RequestPolicy:
         """The `Check` of every limit of every rule of ``route`` (at ``costs``, per rule),
         and their `Policy`, in the same order: the route's `Plan` for the identity's tier
         (or ``plan``). ``keys`` holds, per rule, the stored key a key of your own answered
-        (None: that rule does not apply)."""
+        (None: that rule does not apply); a rule with ``countries`` applies only to requests
+        from one of them."""
         if plan is None:
             plans = route.plans
             plan = plans.get(identity.tier) or plans[None]
         checks: list[Check] = []
         ip_key = ""
+        country: str | None = None
+        if route.countries is not None:  # a rule needs the country: only then looked up
+            country = self.countries.country(scope)
+            plan = _in_country(plan, route.countries, country)
         subject: str | None
         for index, key, limit, cost, budget, block in plan.limits:
             if key == "identity" or key == "path":
@@ -310,6 +329,8 @@ class RequestPolicy:
                 subject = ip_key
             elif key == "global":
                 subject = "*"
+            elif key == "country":
+                subject = f"country:{country or 'unknown'}"
             else:  # a key of your own, answered before (a route with one is never static)
                 subject = keys[index] if keys is not None else None
             if costs is not None:  # (a static cost is None only for a cost callable's rule)
@@ -403,6 +424,20 @@ def _applying(checks: list[Check], policies: Sequence[Policy]) -> tuple[list[Che
     """The checks and policies of the rules whose key of your own answered (not None)."""
     kept = [i for i, check in enumerate(checks) if check.key is not None]
     return [checks[i] for i in kept], [policies[i] for i in kept]
+
+
+def _in_country(
+    plan: Plan, countries: tuple[frozenset[str] | None, ...], country: str | None
+) -> Plan:
+    """``plan`` without the limits of the rules whose ``countries`` leave ``country`` out."""
+    kept = [
+        i
+        for i, entry in enumerate(plan.limits)
+        if (only := countries[entry[0]]) is None or country in only
+    ]
+    if len(kept) == len(plan.limits):
+        return plan
+    return Plan(tuple([plan.limits[i] for i in kept]), tuple([plan.policies[i] for i in kept]))
 
 
 def _overridden(plan: Plan, route: Route, found: dict[str, Override]) -> Plan:

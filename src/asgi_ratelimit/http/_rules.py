@@ -22,10 +22,11 @@ from .._rates import Limit, LimitsLike, parse_limits
 from ..backends._protocol import Block
 from ._own_keys import KeyFunction
 from .identity._base import Scope
+from .identity._country import parse_countries
 
 __all__ = ["BlockLike", "CostLike", "Rule", "RuleKey", "TieredLimits", "validate_cost"]
 
-RuleKey = Literal["identity", "ip", "global", "path"]
+RuleKey = Literal["identity", "ip", "global", "path", "country"]
 RULE_KEYS: tuple[str, ...] = get_args(RuleKey)
 
 CostLike = float | Callable[[Scope], float | Awaitable[float]]
@@ -57,12 +58,16 @@ class Rule:
         Rule("/search", limits="10/second", mode="shadow")   # counted, never refused
         Rule("/ws", messages="10/second")     # each websocket connection's inbound messages
         Rule("/export", concurrency=2, limits="100/hour")    # 2 at once, and 100 an hour
+        Rule("/signup", limits="10/hour", key="country")    # one budget per country
+        Rule("/signup", limits="2/hour", countries=["BR", "IN"], key="ip")  # those only
 
     ``key`` picks whose budget counts: ``"identity"`` (default: per rule and identity, so
     ``/items/{id}`` is one budget whatever the id), ``"path"`` (per identity and concrete
-    path), ``"ip"`` (per client IP whatever the identity), ``"global"`` (one for everyone), or
-    a callable of your own, ``scope -> str | None`` (sync or async): per what it answers, and
-    None leaves the rule out of the request's decision.
+    path), ``"ip"`` (per client IP whatever the identity), ``"global"`` (one for everyone),
+    ``"country"`` (one per country, and one ``country:unknown`` for requests of no known
+    country; the limiter needs ``country=...``), or a callable of your own,
+    ``scope -> str | None`` (sync or async): per what it answers, and None leaves the rule
+    out of the request's decision.
     ``limits`` is a limit, a list, or a dict tier -> limits (``None`` for unlimited); it may
     be left out when ``concurrency`` or ``messages`` is given.
     ``messages`` (a limit or a list, no tiers) limits the messages each websocket connection
@@ -75,6 +80,9 @@ class Rule:
     ``Retry-After: 1``. ``lease`` (default ``"30 seconds"``) bounds how long a slot is held:
     a worker killed while holding slots loses them when their leases end. With ``limits``
     too, a request is admitted by both or counted by neither.
+    ``countries=["DE", "FR"]`` applies the rule only to requests from those countries (ISO
+    3166-1 alpha-2 codes, or ``"T1"`` for Tor), whatever its key; never to requests of an
+    unknown country. The limiter needs ``country=...`` for it.
     ``mode`` (``"enforce"``, ``"shadow"`` or ``"off"``) wins over the limiter's mode.
     ``count_when=lambda status: status >= 400`` counts only the responses whose status passes
     (failed logins): each admitted request is counted before the app runs, and given back
@@ -98,6 +106,7 @@ class Rule:
         "concurrency",
         "cost",
         "count_when",
+        "countries",
         "in_flight",
         "in_flight_name",
         "key",
@@ -132,6 +141,8 @@ class Rule:
     settle: SettleCost | None
     #: the block a refusal starts (``block_for``), or None
     block: Block | None
+    #: the countries the rule applies to (None: every request, whatever its country)
+    countries: frozenset[str] | None
     #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
     tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
     #: each websocket connection's limits on the messages its client sends (``()``: none)
@@ -167,6 +178,7 @@ class Rule:
         settle: SettleCost | None = None,
         concurrency: int | None = None,
         lease: str | float = DEFAULT_LEASE,
+        countries: Iterable[str] | None = None,
     ) -> None:
         self.path = path
         self._pattern = _compile_path(path)
@@ -175,7 +187,7 @@ class Rule:
         if not callable(key) and key not in RULE_KEYS:
             raise ConfigurationError(
                 f"rule {self.name!r}: key={key!r} is unknown (use 'identity', 'ip', 'global', "
-                "'path' or a callable scope -> str | None of your own)"
+                "'path', 'country' or a callable scope -> str | None of your own)"
             )
         self.key = key
         self.static_cost = None if callable(cost) else validate_cost(cost, f"rule {self.name!r}: ")
@@ -204,6 +216,9 @@ class Rule:
             )
         self.settle = settle
         self.block = self._parse_block(block_for, block_reset)
+        self.countries = (
+            None if countries is None else parse_countries(countries, f"rule {self.name!r}")
+        )
         self.concurrency = concurrency
         self.in_flight = (
             None if concurrency is None else InFlight(concurrency, lease, f"rule {self.name!r}: ")
@@ -323,6 +338,11 @@ class Rule:
         if len(path) > _MAX_KEY_PATH:  # a client cannot grow storage keys at will
             path = "#" + hashlib.sha256(path.encode("utf-8", "replace")).hexdigest()[:32]
         return f"{self.budget}|{path}"
+
+    @property
+    def needs_country(self) -> bool:
+        """Whether the rule needs the request's country (a limiter's ``country=`` source)."""
+        return self.key == "country" or self.countries is not None
 
     def __repr__(self) -> str:
         return f"Rule({self.path!r}, name={self.name!r}, key={self.key!r})"

@@ -67,6 +67,7 @@ _RULE_KEYS = (
     "block_reset",
     "concurrency",
     "lease",
+    "countries",
 )
 _LIMIT_KEYS = ("rate", "algorithm", "burst")
 

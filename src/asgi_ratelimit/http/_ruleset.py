@@ -59,6 +59,9 @@ class Route(NamedTuple):
     static: bool
     #: tier -> its `Plan`; the tier None is every tier no rule of the route names
     plans: dict[str | None, Plan]
+    #: None when no rule needs the request's country (it is then never looked up); else,
+    #: per rule in order, the countries it applies to (None: every country)
+    countries: tuple[frozenset[str] | None, ...] | None
 
 
 class RuleSet:
@@ -145,7 +148,7 @@ class RuleSet:
         rules = tuple(
             rule for rule in self.all_rules if rule.key != "path" and not callable(rule.key)
         )
-        return Route("GET", "", rules, False, self._plans(rules, ""))
+        return _route("GET", "", rules, False, self._plans(rules, ""))
 
     def route_of_policy(self, name: str | None) -> str | None:
         """The path template of the rule a policy name belongs to (None: no rule's)."""
@@ -181,7 +184,7 @@ class RuleSet:
             and rule.in_flight is None
             for rule in rules
         )
-        found = Route(method, paths[0], rules, static, self._plans(rules, paths[0]))
+        found = _route(method, paths[0], rules, static, self._plans(rules, paths[0]))
         if isinstance(path, str) and len(path) <= _MAX_CACHED_PATH:
             if len(self._routes) >= _CACHE_SIZE:
                 # Clients choose paths (/items/1, /items/2, ...): start over rather than grow.
@@ -242,3 +245,12 @@ class RuleSet:
                 )
             described.append(f"{rule.name}: {text}")
         return described
+
+
+def _route(
+    method: str, path: str, rules: tuple[Rule, ...], static: bool, plans: dict[str | None, Plan]
+) -> Route:
+    """A `Route`, with what its rules need of the request's country."""
+    needs = any(rule.needs_country for rule in rules)
+    countries = tuple([rule.countries for rule in rules]) if needs else None
+    return Route(method, path, rules, static, plans, countries)

@@ -12,7 +12,7 @@ from ..._errors import ConfigurationError
 from ..._identity import Identity, new_identity
 from ._header_values import header_values
 
-__all__ = ["ClientIP", "IPAddress", "parse_address"]
+__all__ = ["ClientIP", "IPAddress", "parse_address", "parse_networks", "peer_address"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -64,7 +64,7 @@ class ClientIP:
         header: ForwardingHeader | str = "X-Forwarded-For",
         ipv6_prefix: int = 64,
     ) -> None:
-        self.trusted_proxies: tuple[_Network, ...] = _parse_networks(trusted_proxies)
+        self.trusted_proxies: tuple[_Network, ...] = parse_networks(trusted_proxies)
         if not isinstance(header, str) or header.lower() not in _HEADERS:
             raise ConfigurationError(
                 f"ClientIP header {header!r} is not supported "
@@ -147,7 +147,7 @@ class ClientIP:
         lump every client behind the proxy into one bucket the way falling back to the peer
         would. Several ``X-Real-IP`` lines are ambiguous and fall back to the peer.
         """
-        peer = _peer_address(scope)
+        peer = peer_address(scope)
         if peer is None or not self.trusted_proxies or not self.is_trusted(peer):
             return peer
         values = header_values(scope, self._header_name)
@@ -203,7 +203,7 @@ def _address_key(address: IPAddress, ipv6_prefix: int) -> str:
     return f"ip:{ipaddress.IPv6Network((int(address), ipv6_prefix), strict=False)}"
 
 
-def _peer_address(scope: Mapping[str, Any]) -> IPAddress | None:
+def peer_address(scope: Mapping[str, Any]) -> IPAddress | None:
     try:
         client = scope.get("client")
     except AttributeError:
@@ -285,7 +285,7 @@ def _parse_forwarded_for(element: str) -> IPAddress | None:
     return _parse_entry(node)
 
 
-def _parse_networks(proxies: Iterable[str | _Network] | str) -> tuple[_Network, ...]:
+def parse_networks(proxies: Iterable[str | _Network] | str) -> tuple[_Network, ...]:
     if isinstance(proxies, str):
         proxies = [proxies]
     networks: list[_Network] = []
