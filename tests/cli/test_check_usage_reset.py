@@ -99,7 +99,7 @@ def test_a_memory_url_is_refused_with_the_reason(rules: Path) -> None:
 def test_usage_and_reset_on_a_live_redis(rules: Path, redis_url: str) -> None:
     async def counted_by_the_app() -> None:
         # What the app's workers counted: two logins from one address, one API call.
-        backend = RedisBackend.from_url(redis_url)
+        backend = RedisBackend.from_url(redis_url, timeout=5.0)  # a busy CI box: no outage
         app_limiter = RateLimiter(backend=backend, rules_file=rules)
         async with backend:
             await app_limiter.reset_identity("ip:192.0.2.44")
@@ -141,7 +141,7 @@ def test_usage_of_rules_by_country_on_a_live_redis(tmp_path: Path, redis_url: st
     identity = f"ip:192.0.2.{id(rules) % 200 + 1}"
 
     async def counted_by_the_app() -> None:
-        backend = RedisBackend.from_url(redis_url)
+        backend = RedisBackend.from_url(redis_url, timeout=5.0)  # a busy CI box: no outage
         app_limiter = RateLimiter(backend=backend, rules_file=rules, country=lambda scope: "DE")
         async with backend:
             await app_limiter.reset("country:DE")

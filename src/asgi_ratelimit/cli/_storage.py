@@ -81,7 +81,10 @@ def limiter_on(storage: str, rules: Path | None = None, country: str | None = No
         from ..backends.redis import RedisBackend
 
         return RateLimiter(
-            backend=RedisBackend.from_url(storage, fail_fast=True),
+            # A command, not a request path: it may wait for a busy server, and an answer it
+            # cannot get is an error, not the quota of an outage.
+            backend=RedisBackend.from_url(storage, fail_fast=True, timeout=5.0),
+            on_backend_error="deny",
             rules_file=rules,
             validate=False,
             # No request to read it from: the country is the one the command was given.
