@@ -18,7 +18,7 @@ PACKAGE = Path(asgi_ratelimit.__file__).parent
 PUBLIC = {
     "asgi_ratelimit": [
         # limiting
-        "Limit", "LoadMonitor", "RateLimitMiddleware", "RateLimiter", "Rule",
+        "Limit", "LoadMonitor", "LoadShedding", "RateLimitMiddleware", "RateLimiter", "Rule",
         # who is asking
         "APIKey", "ClientIP", "Identity", "JWTSubject",
         # where they are
@@ -45,6 +45,7 @@ LAYERS = [
         "asgi_ratelimit._log_once",
         "asgi_ratelimit._named",
         "asgi_ratelimit._load",
+        "asgi_ratelimit._shedding",
     ),
     ("asgi_ratelimit._rates", "asgi_ratelimit._durations", "asgi_ratelimit._in_flight"),
     ("asgi_ratelimit.algorithms",),

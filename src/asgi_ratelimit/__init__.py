@@ -20,6 +20,7 @@ from ._limiter import RateLimiter
 from ._load import LoadMonitor
 from ._middleware import RateLimitMiddleware
 from ._rates import Limit
+from ._shedding import LoadShedding
 from .backends._memory import MemoryBackend
 from .http._rules import Rule
 from .http.identity import APIKey, ClientIP, CountryHeader, GeoIPCountry, JWTSubject
@@ -28,6 +29,7 @@ __all__ = [
     # limiting
     "Limit",
     "LoadMonitor",
+    "LoadShedding",
     "RateLimitMiddleware",
     "RateLimiter",
     "Rule",

@@ -30,6 +30,7 @@ from ._named import new_named
 from ._overrides import Overrides
 from ._rates import Limit, LimitsLike, parse_limits
 from ._rules_source import RulesSource
+from ._shedding import LoadShedding
 from .backends._memory import MemoryBackend
 from .backends._protocol import Backend, Check
 from .http._on_limited import OnLimited, validate_on_limited
@@ -113,6 +114,7 @@ class RateLimiter:
         reload_rules_every: float | None = None,
         validate: bool = True,
         load: LoadMonitor | None = None,
+        shed: LoadShedding | None = None,
     ) -> None:
         if not isinstance(validate, bool):
             raise ConfigurationError(f"validate={validate!r}: must be True or False")
@@ -124,8 +126,18 @@ class RateLimiter:
             raise ConfigurationError(
                 f"load={load!r}: pass a LoadMonitor(max_in_flight=..., max_loop_lag=...)"
             )
+        if shed is not None and not isinstance(shed, LoadShedding):
+            raise ConfigurationError(
+                f"shed={shed!r}: pass a LoadShedding(max_in_flight=..., reserve=0.2)"
+            )
         #: says when there is capacity to spare (elastic limits), or None
         self.load = load
+        #: sheds the least important requests first under overload (the middleware), or None
+        self.shed = shed
+        #: the load monitors the middleware feeds (requests in flight) and this starts
+        self.monitors: list[LoadMonitor] = [] if load is None else [load]
+        if shed is not None:
+            self.monitors.append(shed.monitor)
         self.backend: Backend = backend if backend is not None else MemoryBackend()
         #: the rules from code, and from ``rules_file`` (read again by `reload_rules`)
         self.rules_source = RulesSource(
@@ -166,7 +178,7 @@ class RateLimiter:
             self.policy.validation.requests_to_inspect
             or self.rules_source.every
             or self.overrides.shared
-            or load is not None
+            or bool(self.monitors)
         ):
             self.check = self._starting_check  # the first requests only
         #: the limiter's one header renderer (its caches are its own, and bounded)
@@ -224,8 +236,8 @@ class RateLimiter:
         (``reload_rules_every``) and keeping the live overrides current (a shared backend).
         The middleware calls it at start-up, and the first request does when there is none."""
         self.overrides.start()
-        if self.load is not None:
-            self.load.start()
+        for monitor in self.monitors:
+            monitor.start()
         if self._poller is not None or not self.rules_source.every:
             return
         try:
@@ -237,8 +249,8 @@ class RateLimiter:
     async def stop(self) -> None:
         """Stop the background work (the middleware calls it at shutdown)."""
         await self.overrides.stop()
-        if self.load is not None:
-            await self.load.stop()
+        for monitor in self.monitors:
+            await monitor.stop()
         poller, self._poller = self._poller, None
         if poller is not None:
             poller.cancel()

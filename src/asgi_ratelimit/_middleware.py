@@ -19,6 +19,7 @@ from ._decision import Decision, ResponseHeaders, Settle
 from ._errors import ConfigurationError
 from ._limiter import RateLimiter
 from ._log_once import LogOnce
+from ._shedding import LoadShedding
 from .backends._memory import MemoryBackend
 from .http._ledger import RELEASES, SETTLES, decided, remember
 from .http._messages import (
@@ -40,7 +41,7 @@ from .http._on_limited import (
     validate_on_limited,
 )
 from .http._policy import Access
-from .http._responses import Responses, forbidden, send_response
+from .http._responses import Responses, forbidden, overloaded, send_response
 from .http._validation import check_routes, check_workers
 
 __all__ = ["OnLimited", "RateLimitMiddleware"]
@@ -103,8 +104,9 @@ class RateLimitMiddleware:
             )
         self._clock: Clock = clock or monotonic_epoch_clock
         self.app: ASGIApp = _asgi3(app)
-        if limiter.load is not None:  # the requests it admits are the load's in flight
-            self.app = limiter.load.counting(self.app)
+        for monitor in limiter.monitors:  # the requests it admits are the load in flight
+            self.app = monitor.counting(self.app)
+        self._shed = limiter.shed
         self.limiter = limiter
         self.websocket = websocket
         #: the middleware's own, else the limiter's (which every door honours)
@@ -122,6 +124,9 @@ class RateLimitMiddleware:
         if kind == "http":
             if scope.get("method") == "OPTIONS" and not self.limit_preflights and _preflight(scope):
                 await self.app(scope, receive, send)
+                return
+            if self._shed is not None and not self._serves(scope, self._shed):
+                await send_response(send, *overloaded(self._shed.retry_after))
                 return
             checked: Decision | Access | None
             answer: Decision | Access | Awaitable[Decision | Access] | None
@@ -226,6 +231,16 @@ class RateLimitMiddleware:
                             await pending
                     except Exception as exc:  # a refund is owed, not vital
                         self._log.error("settle", "settling a request failed (%r)", exc)
+
+    def _serves(self, scope: Scope, shed: LoadShedding) -> bool:
+        """Whether the load leaves room for this request's priority (before any limit: a
+        shed request consumes no quota)."""
+        try:
+            rules = self.limiter.policy.rules.route(scope).priority
+            return shed.admits(shed.priority_of(scope, rules))
+        except Exception as exc:
+            self._failed(exc)
+            return True
 
     def _starting(self, send: Send) -> Send:
         """``send``, starting the limiter (its rules file's poll, the live overrides' sync)

@@ -7,6 +7,8 @@
   it gets no ``Retry-After``, and a status that retrying clients (urllib3's ``Retry``,
   httpx-retries) do not retry; its ``detail`` says why.
 - **403** for a deny-listed client.
+- **503** for a request shed under load (`LoadShedding`), with ``Retry-After`` and the
+  draft's problem type ``...#temporary-reduced-capacity``.
 
     responses = Responses(HeaderRenderer("both"))      # one per limiter
     status, headers, body = responses.refusal(decision)
@@ -26,9 +28,11 @@ from .._headers import SF_INTEGER_MAX, HeaderRenderer, RawHeader, RawHeaders, wh
 __all__ = [
     "PROBLEM_JSON",
     "QUOTA_EXCEEDED",
+    "TEMPORARY_REDUCED_CAPACITY",
     "Denial",
     "Responses",
     "forbidden",
+    "overloaded",
     "send_response",
 ]
 
@@ -129,6 +133,26 @@ _FORBIDDEN_BODY = json.dumps(
     {"type": "about:blank", "title": "Forbidden", "status": 403, "detail": "Access denied."},
     separators=(",", ":"),
 ).encode()
+
+
+#: draft-ietf-httpapi-ratelimit-headers' problem type for a server shedding load
+TEMPORARY_REDUCED_CAPACITY = (
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
+
+def overloaded(retry_after: int) -> Denial:
+    """The 503 of a request shed to keep the server within its capacity."""
+    body = json.dumps(
+        {
+            "type": TEMPORARY_REDUCED_CAPACITY,
+            "title": "Service Unavailable",
+            "status": 503,
+            "detail": f"The server is shedding load: retry in {retry_after} seconds.",
+        },
+        separators=(",", ":"),
+    ).encode()
+    return Denial(503, [*_content(body), (b"retry-after", b"%d" % retry_after)], body)
 
 
 def forbidden() -> Denial:

@@ -19,6 +19,7 @@ from .._engine import validate_failure_policy, validate_mode
 from .._errors import ConfigurationError
 from .._in_flight import DEFAULT_LEASE, InFlight
 from .._rates import Limit, LimitsLike, parse_limits
+from .._shedding import PriorityLike, parse_priority
 from ..backends._protocol import Block
 from ._own_keys import KeyFunction
 from .identity._base import Scope
@@ -91,6 +92,8 @@ class Rule:
     only after the response: ``cost`` (the estimate) is charged before, and a refusal
     happens on it; then the difference is given back or charged (never below zero).
     ``headers`` are the response's, with lower-case names.
+    ``priority`` (``"critical"``, ``"default"``, ``"low"`` or a number) says which requests
+    `LoadShedding` sheds first when the server is overloaded (``RateLimiter(shed=...)``).
     ``block_for="15 minutes"`` refuses a key on the rule for that long after a refusal,
     whatever its window says; a list (``["1 minute", "10 minutes", "1 hour"]``) escalates on
     repeated violations, which are remembered for ``block_reset`` (default one day) after
@@ -117,6 +120,7 @@ class Rule:
         "on_backend_error",
         "path",
         "policies",
+        "priority",
         "settle",
         "static_cost",
         "stop",
@@ -139,6 +143,8 @@ class Rule:
     count_when: Callable[[int], bool] | None
     #: ``settle(status, headers) -> cost``: the actual cost, after the response
     settle: SettleCost | None
+    #: how important the rule's requests are when load is shed (`LoadShedding`)
+    priority: float
     #: the block a refusal starts (``block_for``), or None
     block: Block | None
     #: the countries the rule applies to (None: every request, whatever its country)
@@ -179,6 +185,7 @@ class Rule:
         concurrency: int | None = None,
         lease: str | float = DEFAULT_LEASE,
         countries: Iterable[str] | None = None,
+        priority: PriorityLike = "default",
     ) -> None:
         self.path = path
         self._pattern = _compile_path(path)
@@ -215,6 +222,7 @@ class Rule:
                 "or None"
             )
         self.settle = settle
+        self.priority = parse_priority(priority, f"rule {self.name!r}: priority")
         self.block = self._parse_block(block_for, block_reset)
         self.countries = (
             None if countries is None else parse_countries(countries, f"rule {self.name!r}")

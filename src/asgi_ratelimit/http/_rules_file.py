@@ -68,6 +68,7 @@ _RULE_KEYS = (
     "concurrency",
     "lease",
     "countries",
+    "priority",
 )
 _LIMIT_KEYS = ("rate", "algorithm", "burst")
 

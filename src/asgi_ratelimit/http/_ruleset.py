@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from .._decision import Policy
 from .._errors import ConfigurationError
 from .._rates import Limit, LimitsLike
+from .._shedding import PRIORITIES
 from ..backends._protocol import Block
 from ._own_keys import KeyFunction
 from ._paths import normalize_path, route_paths
@@ -62,6 +63,9 @@ class Route(NamedTuple):
     #: None when no rule needs the request's country (it is then never looked up); else,
     #: per rule in order, the countries it applies to (None: every country)
     countries: tuple[frozenset[str] | None, ...] | None
+    #: how important its requests are when load is shed: the highest of its rules'
+    #: ``priority`` (``"default"``, 1, when none says)
+    priority: float
 
 
 class RuleSet:
@@ -253,4 +257,5 @@ def _route(
     """A `Route`, with what its rules need of the request's country."""
     needs = any(rule.needs_country for rule in rules)
     countries = tuple([rule.countries for rule in rules]) if needs else None
-    return Route(method, path, rules, static, plans, countries)
+    priority = max([rule.priority for rule in rules], default=PRIORITIES["default"])
+    return Route(method, path, rules, static, plans, countries, priority)
