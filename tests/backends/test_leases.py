@@ -4,6 +4,7 @@ exact counts, exact expiry on a fake clock, and a wait that never passes the old
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -54,6 +55,27 @@ async def test_at_most_n_leases_and_each_given_back_once(
     third = await store.acquire("user:1", "rule:export", 2, 10 * SECOND)
     assert (third.granted, third.in_flight) == (True, 2)
     assert not (await store.acquire("user:1", "rule:export", 2, 10 * SECOND)).granted
+
+
+@pytest.mark.parametrize("kind", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
+async def test_resetting_a_key_frees_its_slots(kind: str, prefix: str, request: Any) -> None:
+    clock = FakeClock(ALIGNED)
+    backend: MemoryBackend | RedisBackend
+    if kind == "memory":
+        backend = MemoryBackend(clock=clock)
+    else:
+        url = request.getfixturevalue("redis_url")
+        backend = RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0)
+    async with backend:
+        store = backend.leases()
+        for _ in range(2):
+            await store.acquire("user:1", "rule:export", 2, 10 * SECOND)
+        await store.acquire("user:2", "rule:export", 2, 10 * SECOND)
+        assert not (await store.acquire("user:1", "rule:export", 2, 10 * SECOND)).granted
+        await backend.reset("user:1")  # what limiter.reset_identity does
+        again = await store.acquire("user:1", "rule:export", 2, 10 * SECOND)
+        assert (again.granted, again.in_flight) == (True, 1)
+        assert (await store.acquire("user:2", "rule:export", 2, 10 * SECOND)).in_flight == 2
 
 
 async def test_a_lease_ends_at_its_length_to_the_microsecond(

@@ -98,6 +98,16 @@ class MemoryLeases:
                 if not held:
                     del self._held[budget, key]
 
+    def forget(self, key: str) -> None:
+        """Drop every lease ``key`` holds (`MemoryBackend.reset`: its slots are free again)."""
+        with self._lock:
+            for name in [name for name in self._held if name[1] == key]:
+                del self._held[name]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+
     def _sweep(self, now: int) -> None:
         # Leases of requests that never ended here (cancelled without a release) expire.
         for name, held in list(self._held.items()):

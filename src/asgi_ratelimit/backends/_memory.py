@@ -316,7 +316,10 @@ class MemoryBackend:
         self._sweep_at = min(self._max_keys, max(2 * len(self), _FIRST_SWEEP))
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
-        """Forget ``key``: every budget of it, or only its direct-use ``limits``."""
+        """Forget ``key``: every budget of it (its in-flight leases too), or only its
+        direct-use ``limits``."""
+        if limits is None and self._leases is not None:
+            self._leases.forget(key)
         with self._lock:
             ids = None if limits is None else {_table_id(limit, "") for limit in limits}
             for generation in (self._young, self._old):
@@ -329,6 +332,8 @@ class MemoryBackend:
 
     async def clear(self) -> None:
         """Forget every key."""
+        if self._leases is not None:
+            self._leases.clear()
         with self._lock:
             self._young, self._old = {}, {}
             self._young_size = self._old_size = 0
