@@ -13,7 +13,8 @@ Stripe's fleet-usage shedder keeps about 20% for critical traffic:
     "default"   1        1 - reserve         = 0.8
     "critical"  2        1                   (only at full capacity)
 
-A number in between sheds from the level in between, ``(1 - reserve) * (p + 1) / 2``; 2 and
+A number from 0 to 1 sheds from the level in between, ``(1 - reserve) * (p + 1) / 2``; from
+1 up to (not including) 2 it sheds with default (only critical may use the reserve); 2 and
 above are critical.
 """
 
@@ -37,13 +38,19 @@ _CRITICAL = PRIORITIES["critical"]
 
 
 def parse_priority(value: object, what: str) -> float:
-    """A priority as a number: ``"critical"``, ``"default"``, ``"low"`` or a finite number."""
+    """A priority as a number: ``"critical"``, ``"default"``, ``"low"`` or a finite number
+    >= 0 (below low, a request would be shed with no load at all)."""
     if isinstance(value, str) and value in PRIORITIES:
         return PRIORITIES[value]
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    ):
         return float(value)
     raise ConfigurationError(
-        f"{what}={value!r}: use 'critical', 'default', 'low' or a number (higher is more "
+        f"{what}={value!r}: use 'critical', 'default', 'low' or a number >= 0 (higher is more "
         "important: low 0, default 1, critical 2)"
     )
 
@@ -98,7 +105,8 @@ class LoadShedding:
         """The load level from which requests of ``priority`` are shed."""
         if priority >= _CRITICAL:
             return 1.0
-        return (1.0 - self.reserve) * max(0.0, priority + 1.0) / 2.0
+        # Below critical, never past default's level: the reserve is critical's alone.
+        return (1.0 - self.reserve) * min(1.0, (priority + 1.0) / 2.0)
 
     def admits(self, priority: float) -> bool:
         """Whether a request of ``priority`` is served at the load of now."""

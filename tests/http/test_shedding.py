@@ -178,10 +178,24 @@ async def test_a_rules_file_sets_priorities(tmp_path: Path, clock: FakeClock) ->
 
 
 @pytest.mark.parametrize(
+    ("priority", "threshold"),
+    [(0, 0.4), ("low", 0.4), (0.5, 0.6), (1, 0.8), (1.5, 0.8), (1.99, 0.8), (2, 1.0), (7, 1.0)],
+)
+def test_no_priority_below_critical_reaches_into_the_reserve(
+    priority: object, threshold: float
+) -> None:
+    from asgi_ratelimit._shedding import parse_priority
+
+    shed = LoadShedding(signal=Load(), reserve=0.2)
+    assert shed.threshold(parse_priority(priority, "priority")) == pytest.approx(threshold)
+
+
+@pytest.mark.parametrize(
     ("build", "message"),
     [
         (lambda: Rule("/x", limits="1/s", priority="urgent"), "rule '/x': priority='urgent': use"),
         (lambda: Rule("/x", limits="1/s", priority=True), "rule '/x': priority=True: use"),
+        (lambda: Rule("/x", limits="1/s", priority=-1), "rule '/x': priority=-1: use"),
         (lambda: LoadShedding(signal=Load(), reserve=1), "LoadShedding(reserve=1): the share"),
         (lambda: LoadShedding(signal=Load(), retry_after=0), "LoadShedding(retry_after=0):"),
         (lambda: LoadShedding(signal=Load(), priority="low"), "LoadShedding(priority='low'):"),
