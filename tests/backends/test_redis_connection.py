@@ -180,9 +180,10 @@ async def _stall_is_an_outage(server: RedisServer, prefix: str) -> None:
                 break
             await asyncio.sleep(0.05)
         assert backend.healthy
-        # The abandoned call had been written before the server slept; the server ran it
-        # when it woke (a budget cannot un-send a command): 2 counted, 3 left after this one.
-        assert (await backend.hit([Check("k", limit)]))[0].remaining == 2
+        # The abandoned call was written while the server slept (a budget cannot un-send a
+        # command); whether the server still runs it on waking, once the client has dropped
+        # that connection, is the server's race: 2 or 3 left after this one, never more.
+        assert (await backend.hit([Check("k", limit)]))[0].remaining in (2, 3)
 
 
 @pytest.mark.redis
