@@ -267,7 +267,9 @@ def decide_from(
             )  # fmt: skip
             return decision
         status = _status(policies[0].name, limit, outcome)
-        decision = Decision(
+        decision = _new(Decision)
+        _init_decision(
+            decision,
             status.allowed,
             status.limit.burst,
             status.remaining,
@@ -305,7 +307,9 @@ def _status(name: str, enforced: Limit, outcome: Outcome) -> PolicyStatus:
         retry, upcoming = NEVER, outcome.reset_us / 1_000_000
     else:  # t on a refusal is when this request would pass: Retry-After
         retry = upcoming = outcome.retry_us / 1_000_000
-    return PolicyStatus(
+    status = _new(PolicyStatus)
+    _init_status(
+        status,
         name,
         limit,
         outcome.allowed,
@@ -315,3 +319,4 @@ def _status(name: str, enforced: Limit, outcome: Outcome) -> PolicyStatus:
         upcoming,
         outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0,
     )
+    return status

@@ -107,14 +107,15 @@ class Engine:
         ``consume=False`` counts nothing."""
         if not checks:
             return Decision.unlimited(identity)
+        backend = self.backend
         try:
-            result = self.backend.decide(checks, consume)
+            result = backend.decide(checks, consume)
         except Exception as exc:  # a broken backend must never take the app down
             return self._in_outage(checks, policies, identity, consume, exc)
         if isinstance(result, Result):
             outcomes, at = result
             # What it consumed, for a refund if a later door refuses: nothing when refused.
-            charge = (self.backend, checks, at, None) if consume and outcomes[0].allowed else None
+            charge = (backend, checks, at, None) if consume and outcomes[0].allowed else None
             return decide_from(policies, checks, outcomes, identity, charge)
         return self._awaiting(result, checks, policies, identity, consume)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Identity", "new_identity"]
+__all__ = ["Identity", "new_object", "set_key", "set_source", "set_tier"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,19 +22,10 @@ class Identity:
     source: str = "custom"
 
 
-_new_object = object.__new__
-# The slots' descriptors (a frozen dataclass refuses assignment in __setattr__, not here).
-_set_key, _set_tier, _set_source = (
-    vars(Identity)[name].__set__ for name in ("key", "tier", "source")
-)
-
-
-def new_identity(key: str, tier: str | None, source: str) -> Identity:
-    """``Identity(key, tier, source)`` through its slots: a frozen dataclass's ``__init__``
-    sets each field with ``object.__setattr__``, several times slower, and a server meets a
-    new client address on a large share of its requests."""
-    identity: Identity = _new_object(Identity)
-    _set_key(identity, key)
-    _set_tier(identity, tier)
-    _set_source(identity, source)
-    return identity
+# ``Identity(key, tier, source)`` through its slots, for the code that builds one per request
+# (a new client's): ``identity = new_object(Identity)``, then ``set_key(identity, key)``,
+# ``set_tier(identity, tier)`` and ``set_source(identity, source)``. A frozen dataclass's
+# ``__init__`` sets each field with ``object.__setattr__``, several times slower; the slots'
+# descriptors do not refuse (a frozen dataclass refuses assignment in ``__setattr__``).
+new_object = object.__new__
+set_key, set_tier, set_source = (vars(Identity)[name].__set__ for name in ("key", "tier", "source"))

@@ -135,7 +135,7 @@ class RateLimitMiddleware:
             except Exception as exc:
                 self._failed(exc)
                 answer = None
-            if answer is None or isinstance(answer, (Decision, Access)):
+            if isinstance(answer, Decision) or answer is None or isinstance(answer, Access):
                 checked = answer
             else:  # a coroutine only when one is needed
                 checked = await self._settled(answer)
@@ -147,7 +147,10 @@ class RateLimitMiddleware:
                 else:
                     state["rate_limit"] = checked
                 if not checked.allowed:
-                    await self._refuse(scope, receive, send, checked)
+                    if self.on_limited is None:  # the usual refusal: no coroutine of ours
+                        await send_response(send, *self._responses.refusal(checked))
+                    else:
+                        await self._refuse(scope, receive, send, checked)
                     return
                 if checked.delay > 0:
                     await self._sleep(checked.delay)  # leaky bucket: shape, do not refuse
@@ -291,23 +294,25 @@ class RateLimitMiddleware:
         self._log.error("check", "rate limiting failed (%r); letting requests through", exc)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, decision: Decision) -> None:
-        if self.on_limited is not None:
-            custom = await custom_response(self.on_limited, scope, decision, self._log)
-            if custom is not None:
-                started = False
+        """Answer a refusal with ``on_limited``'s response (the default one when it gives
+        none, or fails before sending)."""
+        assert self.on_limited is not None
+        custom = await custom_response(self.on_limited, scope, decision, self._log)
+        if custom is not None:
+            started = False
 
-                async def tracking(message: Message) -> None:
-                    nonlocal started
-                    started = True
-                    await send(message)
+            async def tracking(message: Message) -> None:
+                nonlocal started
+                started = True
+                await send(message)
 
-                try:
-                    await custom(scope, receive, adding_headers(tracking, self._render(decision)))
-                    return
-                except Exception as exc:
-                    self._log.error("on_limited-app", "on_limited response failed (%r)", exc)
-                    if started:
-                        return  # too late for another response; the server closes the connection
+            try:
+                await custom(scope, receive, adding_headers(tracking, self._render(decision)))
+                return
+            except Exception as exc:
+                self._log.error("on_limited-app", "on_limited response failed (%r)", exc)
+                if started:
+                    return  # too late for another response; the server closes the connection
         await send_response(send, *self._responses.refusal(decision))
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -333,6 +333,23 @@ def test_any_header_value_yields_an_address_or_none(header: str, value: str, pee
         assert str(found) == peer
 
 
+_octet = st.sampled_from(
+    ["0", "00", "01", "7", "09", "10", "99", "100", "199", "249", "255", "256", "300"]
+)
+_peer = st.tuples(_octet, _octet, _octet, _octet).map(".".join) | st.text(
+    alphabet="0123456789.: \n\x00a\u0661", max_size=16
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(peer=_peer)
+def test_a_peer_is_keyed_as_its_parsed_address(peer: str) -> None:
+    # The canonical-IPv4 shortcut (a peer string that is its own key) and the parser agree
+    # on every string: "01.2.3.4" is not 1.2.3.4's key twice over, and junk is "ip:unknown".
+    source = ClientIP()
+    assert source(scope(peer)).key == source.key_for(source.client_address(scope(peer)))
+
+
 @pytest.mark.parametrize(
     "bad_scope",
     [

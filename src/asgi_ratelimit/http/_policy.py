@@ -138,11 +138,24 @@ class RequestPolicy:
         ``consume=False`` counts nothing: the same answer (``/rate_limit`` pages).
         """
         if self._lists:
-            address = self.identities.client_address(scope)
-            if self.deny.has_address(address):
-                return _BLOCKED
-            if self.allow.has_address(address) and not self.deny.keys:
-                return _BYPASS  # no identity needed: skip it
+            return self._check_listed(scope, consume)
+        identity = self.identities.identify(scope)
+        if not isinstance(identity, Identity):
+            return self._check_later(scope, identity, consume)
+        # `_check_identified` without lists, inlined: every request.
+        route = self.rules.route(scope)
+        if route.static:
+            checks, policies = self.checks(scope, identity, route)
+            return self.engine.decide(checks, policies, identity, consume)
+        return self._check_dynamic(scope, identity, route, consume)
+
+    def _check_listed(self, scope: Scope, consume: bool) -> Checked | Awaitable[Checked]:
+        """`check` with allow or deny lists: an address they decide is not identified."""
+        address = self.identities.client_address(scope)
+        if self.deny.has_address(address):
+            return _BLOCKED
+        if self.allow.has_address(address) and not self.deny.keys:
+            return _BYPASS  # no identity needed: skip it
         identity = self.identities.identify(scope)
         if not isinstance(identity, Identity):
             return self._check_later(scope, identity, consume)
@@ -176,6 +189,12 @@ class RequestPolicy:
         if route.static:  # numbers for costs, built-in keys: the usual request
             checks, policies = self.checks(scope, identity, route)
             return self.engine.decide(checks, policies, identity, consume)
+        return self._check_dynamic(scope, identity, route, consume)
+
+    def _check_dynamic(
+        self, scope: Scope, identity: Identity, route: Route, consume: bool
+    ) -> Awaitable[Decision]:
+        """A route whose costs or keys are callables, or that counts by outcome or in flight."""
         costs = self._costs(scope, route.rules)
         keys = self._keys(scope, identity, route.rules)
         return self._decide_later(scope, identity, route, costs, keys, consume)

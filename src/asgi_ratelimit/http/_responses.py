@@ -69,13 +69,14 @@ class Responses:
         # One policy (the usual refusal), and a client over its limit keeps asking: the whole
         # answer is a function of the policy and four whole numbers, kept per them.
         policy = policies[0]
-        reset, upcoming = policy.reset_after, policy.next_after
+        reset, upcoming, retry = policy.reset_after, policy.next_after, decision.retry_after
         key = (
             policy.name,
             policy.limit.id,
-            decision.retry_after_header,
+            # `whole_seconds` (and for `retry`, what `Decision.retry_after_header` depends
+            # on), inlined for the usual values: every refusal.
+            math.ceil(retry) if 0 < retry < SF_INTEGER_MAX else retry,
             policy.remaining,
-            # `whole_seconds`, inlined for the usual values: every refusal.
             math.ceil(reset) if 0 < reset < SF_INTEGER_MAX else whole_seconds(reset),
             math.ceil(upcoming) if 0 < upcoming < SF_INTEGER_MAX else whole_seconds(upcoming),
         )
