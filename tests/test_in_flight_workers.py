@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,9 +16,8 @@ from typing import NamedTuple
 import httpx
 import pytest
 
-from tests.redis_servers import free_port
+from tests.frameworks._servers import serve
 
-ROOT = Path(__file__).resolve().parent.parent
 #: the app's in-flight limit (tests/in_flight_app.py)
 IN_FLIGHT = 3
 
@@ -35,37 +32,15 @@ class Server(NamedTuple):
 @pytest.fixture
 def server(redis_url: str, tmp_path: Path) -> Iterator[Server]:
     """``uvicorn --workers 2`` serving tests/in_flight_app.py, with a lease of 2 seconds."""
-    port = free_port()
     env = {
-        **os.environ,
         "IN_FLIGHT_REDIS_URL": redis_url,
         "IN_FLIGHT_PREFIX": f"f{uuid.uuid4().hex[:8]}:",
         "IN_FLIGHT_LEASE": "2 seconds",
         "IN_FLIGHT_GATES": str(tmp_path),
     }
-    command = [sys.executable, "-m", "uvicorn", "tests.in_flight_app:app", "--host",
-               "127.0.0.1", "--port", str(port), "--workers", "2", "--no-access-log"]  # fmt: skip
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{base}/ready", timeout=5)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "uvicorn did not start"
-                time.sleep(0.05)
+    app = "tests.in_flight_app:app"
+    with serve("uvicorn-uvloop", app, args=["--workers", "2"], env=env) as base:
         yield Server(base, tmp_path)
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 async def until(condition: object, what: str, seconds: float = 20) -> None:

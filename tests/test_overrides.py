@@ -5,14 +5,9 @@ workers."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -21,10 +16,9 @@ from asgi_ratelimit import ConfigurationError, Limit, MemoryBackend, RateLimiter
 from asgi_ratelimit.backends import Backend
 from asgi_ratelimit.backends.redis import RedisBackend
 from tests.conftest import FakeClock
-from tests.redis_servers import free_port
+from tests.frameworks._servers import serve
 
 ALIGNED = 1_800_000_000.0
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def fixed(rate: str) -> Limit:
@@ -148,55 +142,32 @@ async def test_bad_overrides_are_refused_with_the_fix(call: object, message: str
 @pytest.mark.redis
 def test_two_uvicorn_workers_apply_an_override_within_a_second(redis_url: str) -> None:
     prefix = f"o{uuid.uuid4().hex[:8]}:"
-    port = free_port()
-    env = {**os.environ, "OVERRIDES_REDIS_URL": redis_url, "OVERRIDES_PREFIX": prefix}
-    command = [sys.executable, "-m", "uvicorn", "tests.overrides_app:app", "--host",
-               "127.0.0.1", "--port", str(port), "--workers", "2", "--no-access-log"]  # fmt: skip
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(base_url=base, timeout=5) as http:
-            _wait_until_up(http)
-            assert [http.get("/limited").status_code for _ in range(3)] == [200, 200, 429]
+    env = {"OVERRIDES_REDIS_URL": redis_url, "OVERRIDES_PREFIX": prefix}
+    app = "tests.overrides_app:app"
+    with (
+        serve("uvicorn-uvloop", app, args=["--workers", "2"], env=env) as base,
+        httpx.Client(base_url=base, timeout=5) as http,
+    ):
+        assert [http.get("/limited").status_code for _ in range(3)] == [200, 200, 429]
 
-            async def set_override() -> None:
-                backend = RedisBackend.from_url(redis_url, prefix=prefix)
-                async with backend:
-                    await RateLimiter(backend=backend).overrides.set("ip:127.0.0.1", "6/hour")
+        async def set_override() -> None:
+            backend = RedisBackend.from_url(redis_url, prefix=prefix)
+            async with backend:
+                await RateLimiter(backend=backend).overrides.set("ip:127.0.0.1", "6/hour")
 
-            asyncio.run(set_override())
-            changed = time.monotonic()
-            # Both workers answer /rate_limit (it consumes nothing): wait until 20 answers in
-            # a row, from both workers, show the new limit.
-            seen: dict[str, int] = {}
-            in_a_row = 0
-            while in_a_row < 20:
-                assert time.monotonic() - changed < 10, f"not applied everywhere: {seen}"
-                answer = http.get("/rate_limit")
-                limit = answer.json()["resources"]["limited"]["limit"]
-                in_a_row = in_a_row + 1 if limit == 6 else 0
-                seen[answer.headers.get("x-worker", "?")] = limit
-            # A fresh budget of 6 (another limit is another counter): exactly 6 admitted
-            # across both workers.
-            codes = [http.get("/limited").status_code for _ in range(10)]
-            assert codes.count(200) == 6
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-
-
-def _wait_until_up(http: httpx.Client) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            http.get("/ready")
-            return
-        except httpx.TransportError:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
+        asyncio.run(set_override())
+        changed = time.monotonic()
+        # Both workers answer /rate_limit (it consumes nothing): wait until 20 answers in
+        # a row, from both workers, show the new limit.
+        seen: dict[str, int] = {}
+        in_a_row = 0
+        while in_a_row < 20:
+            assert time.monotonic() - changed < 10, f"not applied everywhere: {seen}"
+            answer = http.get("/rate_limit")
+            limit = answer.json()["resources"]["limited"]["limit"]
+            in_a_row = in_a_row + 1 if limit == 6 else 0
+            seen[answer.headers.get("x-worker", "?")] = limit
+        # A fresh budget of 6 (another limit is another counter): exactly 6 admitted
+        # across both workers.
+        codes = [http.get("/limited").status_code for _ in range(10)]
+        assert codes.count(200) == 6

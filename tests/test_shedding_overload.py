@@ -9,10 +9,7 @@ shed with 503; without it, everything queues. Latencies are printed, never asser
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -20,7 +17,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from tests.redis_servers import free_port
+from tests.frameworks._servers import serve
 
 CRITICAL_CLIENTS, LOW_CLIENTS = 4, 20
 CRITICAL_EACH, LOW_EACH = 25, 15
@@ -28,28 +25,10 @@ CRITICAL_EACH, LOW_EACH = 25, 15
 
 @contextmanager
 def server(shed: bool) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "SHED": "1" if shed else ""}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "tests.shedding_app:app", "--port", str(port),
-         "--log-level", "warning", "--no-access-log"],
-        env=env,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"{url}/nowhere", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("the shedding app did not start") from None
-                time.sleep(0.05)
+    with serve(
+        "uvicorn-uvloop", "tests.shedding_app:app", env={"SHED": "1" if shed else ""}
+    ) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 async def load(url: str) -> dict[str, tuple[Counter[int], list[float]]]:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -55,14 +55,17 @@ def serve(
     path: Path | None = None,
     args: Sequence[str] = (),
     log_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """Run ``server`` on ``target`` until the block ends; yield its base URL.
 
     ``target`` is imported from the repository root, or from ``path`` when given; ``args``
-    go to the server's command line; its output goes to ``log_file`` when given.
+    go to the server's command line (``["--workers", "2"]``), ``env`` to its environment;
+    its output goes to ``log_file`` when given.
     """
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, filter(None, [path, ROOT])))}
+    search = os.pathsep.join(map(str, filter(None, [path, ROOT])))
+    env = {**os.environ, **(env or {}), "PYTHONPATH": search}
     # A file, not a pipe: a server that logs a lot never blocks on a pipe nobody reads.
     with log_file.open("w+b") if log_file else tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
