@@ -155,7 +155,7 @@ class RateLimitMiddleware:
                 if checked.delay > 0:
                     await self._sleep(checked.delay)  # leaky bucket: shape, do not refuse
                 if checked.policies and self._adds_headers:
-                    send = adding_headers(send, self._render(checked))
+                    send = adding_headers(send, self._render(checked), scope)
                 if (
                     checked.settle is None
                     and checked.release is None
@@ -334,7 +334,7 @@ class RateLimitMiddleware:
             if checked.delay > 0:
                 await self._sleep(checked.delay)
             if checked.policies and self._adds_headers:
-                send = adding_headers(send, self._render(checked), "websocket.accept")
+                send = adding_headers(send, self._render(checked), start="websocket.accept")
         if not isinstance(checked, Access):  # the allow list counts nothing, messages neither
             budget = self._message_budget(scope)
             if budget is not None:

@@ -87,6 +87,26 @@ async def test_a_dependency_refusal_costs_the_middlewares_rules_nothing(backend:
         assert plain.headers["x-ratelimit-remaining"] == "2"
 
 
+async def test_a_dependency_refusal_shows_none_of_the_counts_it_gave_back(
+    backend: Backend,
+) -> None:
+    app, _ = make_app(backend)
+    async with client(app) as http:
+        admitted = [await http.get("/api/export") for _ in range(2)]
+        refused = await http.get("/api/export")
+        both = await http.get("/api/both")  # export refuses first
+    assert admitted[1].headers["ratelimit-policy"] == '"export";q=2;w=60, "api";q=5;w=60'
+    assert admitted[1].headers["ratelimit"].startswith('"export";r=0;t=')
+    assert '"api";r=3;t=' in admitted[1].headers["ratelimit"]
+    # The rule's charge was given back: its item (r=2, one less than is left) is not sent;
+    # the refusing policy's is, with t equal to Retry-After.
+    for answer in (refused, both):
+        assert answer.status_code == 429
+        assert answer.headers["ratelimit-policy"] == '"export";q=2;w=60'
+        assert answer.headers["ratelimit"] == f'"export";r=0;t={answer.headers["retry-after"]}'
+        assert answer.headers["x-ratelimit-remaining"] == "0"
+
+
 async def test_a_later_dependency_refusal_refunds_the_earlier_dependency(
     backend: Backend,
 ) -> None:

@@ -73,9 +73,12 @@ class MemoryBackend:
         # budget -> limit id -> table id: the one-check path looks its table id up instead of
         # building (and hashing) a new string per request. Bounded: budgets hold paths.
         self._table_ids: dict[str, dict[str, str]] = {}
-        # The last (budget, limit, table id) it looked up: most requests meet the same rule's
-        # objects as the one before, and two identity tests replace both lookups.
-        self._last_table: tuple[object, object, str] = (None, None, "")
+        # The last budget and limit it looked a table id up for, and that id (read and
+        # written under the lock): most requests meet the same rule's objects as the one
+        # before, and two identity tests replace both lookups.
+        self._last_budget: object = None
+        self._last_limit: object = None
+        self._last_table_id = ""
         self._leases: MemoryLeases | None = None
 
     @property
@@ -109,9 +112,8 @@ class MemoryBackend:
             if block is not None:
                 return new_named(Result, (self._decide_many(checks, now, consume), now))
             if budget:
-                memo = self._last_table
-                if memo[0] is budget and memo[1] is limit:  # the same rule as last time
-                    table_id = memo[2]
+                if self._last_budget is budget and self._last_limit is limit:  # as last time
+                    table_id = self._last_table_id
                 else:
                     table_id = self._table_id_of(limit, budget)
             else:
@@ -149,7 +151,7 @@ class MemoryBackend:
                     self._table_ids.clear()
                 ids = self._table_ids[budget] = {}
             table_id = ids[limit.id] = _table_id(limit, budget)
-        self._last_table = (budget, limit, table_id)
+        self._last_budget, self._last_limit, self._last_table_id = budget, limit, table_id
         return table_id
 
     def _decide_many(self, checks: Sequence[Check], now: int, consume: bool) -> list[Outcome]:

@@ -8,6 +8,7 @@ charge of every door so far (a chain), and a refusal gives all of it back.
     remember(scope, decision)          # request.state.rate_limit
     earlier = decided(scope)           # what the doors before this one decided, or None
     await refund_all(scope)            # a later door refused: undo every earlier charge
+    refunded(scope)                    # whether one did: the headers of those charges are stale
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from .._decision import Decision, refund
 from .._log_once import LogOnce
 
-__all__ = ["RELEASES", "SETTLES", "decided", "refund_all", "remember"]
+__all__ = ["RELEASES", "SETTLES", "decided", "refund_all", "refunded", "remember"]
 
 Scope = MutableMapping[str, Any]
 #: The request state's list of ``settle(status, headers)`` the route-level doors leave for
@@ -27,6 +28,9 @@ SETTLES = "asgi_ratelimit.settles"
 #: The request state's list of ``release()`` giving back the in-flight slots a route-level
 #: door took; the middleware puts it there and runs them when the response ends.
 RELEASES = "asgi_ratelimit.releases"
+#: The request state's mark that a later door refused the request and gave back what the
+#: doors before it charged: the counts they rendered for their headers no longer hold.
+REFUNDED = "asgi_ratelimit.refunded"
 _log = LogOnce()
 
 
@@ -51,6 +55,7 @@ async def refund_all(scope: Scope) -> None:
     decision = decided(scope)
     if decision is None:
         return
+    scope["state"][REFUNDED] = True  # (decided found the state)
     charge, decision.charge = decision.charge, None
     while charge is not None:
         try:
@@ -60,3 +65,9 @@ async def refund_all(scope: Scope) -> None:
         except Exception as exc:  # a refund is owed, not vital: never fail the request on it
             _log.error(f"refund:{type(exc).__name__}", "refunding a request failed (%r)", exc)
         charge = charge[3]  # the doors before
+
+
+def refunded(scope: Scope) -> bool:
+    """Whether a door refused this request after earlier doors had charged it (`refund_all`)."""
+    state = scope.get("state")
+    return isinstance(state, MutableMapping) and bool(state.get(REFUNDED))

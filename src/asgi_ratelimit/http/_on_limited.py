@@ -19,6 +19,7 @@ from .._decision import Decision
 from .._errors import ConfigurationError
 from .._headers import RawHeader
 from .._log_once import LogOnce
+from ._ledger import refunded
 from ._responses import send_response
 
 __all__ = [
@@ -84,9 +85,17 @@ async def custom_response(
 
 
 def adding_headers(
-    send: Send, extra: Sequence[RawHeader], start: str = "http.response.start"
+    send: Send,
+    extra: Sequence[RawHeader],
+    scope: Scope | None = None,
+    start: str = "http.response.start",
 ) -> Send:
-    """Wrap ``send`` to add ``extra`` headers to the ``start`` message; the rest passes as is."""
+    """Wrap ``send`` to add ``extra`` headers to the ``start`` message; the rest passes as is.
+
+    With the request's ``scope``, a response of a later door that refused the request (it
+    sets ``Retry-After`` or the X-RateLimit trio) gets none of ``extra``'s counts when that
+    door gave back what they counted (`refund_all`): they no longer hold.
+    """
 
     # Not a coroutine function: it hands back send's own awaitable, so each message (every
     # body chunk too) costs no coroutine of ours. ASGI callers only ever await it.
@@ -98,7 +107,8 @@ def adding_headers(
                     name if name.__class__ is bytes and name.islower() else bytes(name).lower()
                 )
                 if lowered in _SINGLE:  # the app set some of ours: it knows better
-                    headers = _merged(headers, extra, lowered)
+                    stale = scope is not None and refunded(scope)
+                    headers = _merged(headers, extra, lowered, stale)
                     break
             else:  # the usual case: the app set none of ours
                 headers += extra
@@ -108,9 +118,12 @@ def adding_headers(
     return send_with_headers
 
 
-def _merged(headers: list[Any], extra: Sequence[RawHeader], first: bytes) -> list[Any]:
+def _merged(headers: list[Any], extra: Sequence[RawHeader], first: bytes, stale: bool) -> list[Any]:
     """The app's ``headers``, then ours that the app did not set (``first`` is one it set):
-    a field it set stays its own, and the X-RateLimit trio goes as a unit."""
+    a field it set stays its own, and the X-RateLimit trio goes as a unit. ``stale``: ours
+    count what a later door gave back, and only that door's own headers go out."""
+    if stale:
+        return headers
     set_by_app = {first}
     for name, _ in headers:
         lowered = name if name.__class__ is bytes and name.islower() else bytes(name).lower()
