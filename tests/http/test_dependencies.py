@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from asgi_ratelimit import (
@@ -443,3 +443,53 @@ async def test_routes_of_an_included_router_are_named_with_their_prefix(
         ok = await http.get("/api/items/1")
         assert ok.headers["ratelimit-policy"] == '"/api/items/{item_id}";q=1;w=60'
         assert (await http.get("/api/items/2")).status_code == 429
+
+
+@pytest.mark.parametrize("own_handler", [None, "async", "sync"])
+async def test_an_httpexception_answer_carries_the_route_limits_headers(
+    clock: FakeClock, own_handler: str | None
+) -> None:
+    limiter = RateLimiter(backend=MemoryBackend(clock=clock), default_limits=None)
+    app = FastAPI()
+    if own_handler == "async":
+
+        @app.exception_handler(HTTPException)
+        async def mine(request: Request, exc: HTTPException) -> JSONResponse:
+            return JSONResponse({"mine": exc.detail}, status_code=exc.status_code)
+
+    elif own_handler == "sync":
+
+        @app.exception_handler(HTTPException)
+        def mine_sync(request: Request, exc: HTTPException) -> JSONResponse:
+            return JSONResponse({"mine": exc.detail}, status_code=exc.status_code)
+
+    @app.get("/items/{n}", dependencies=[Depends(limiter.limit(fixed("3/minute"), name="items"))])
+    async def item(n: int) -> dict[str, int]:
+        if n > 1:
+            raise HTTPException(404, "no such item")
+        return {"n": n}
+
+    @app.get("/plain")
+    async def plain() -> dict[str, str]:
+        raise HTTPException(404, "nothing here")
+
+    async with client(app) as http:
+        found = await http.get("/items/1")
+        missing = await http.get("/items/2")  # counted, and answered by the app's handler
+        unlimited = await http.get("/plain")
+        refused = [await http.get("/items/2") for _ in range(2)]
+    assert found.status_code == 200 and found.headers["x-ratelimit-remaining"] == "2"
+    assert missing.status_code == 404
+    assert missing.json() == (
+        {"detail": "no such item"} if own_handler is None else {"mine": "no such item"}
+    )
+    assert rate_headers(missing) == {
+        "x-ratelimit-limit": "3",
+        "x-ratelimit-remaining": "1",
+        "x-ratelimit-reset": "60",
+        "ratelimit-policy": '"items";q=3;w=60',
+        "ratelimit": '"items";r=1;t=60',
+    }
+    assert unlimited.status_code == 404 and rate_headers(unlimited) == {}
+    assert [r.status_code for r in refused] == [404, 429]
+    assert refused[1].headers["retry-after"] == "60"

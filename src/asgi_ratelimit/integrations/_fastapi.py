@@ -4,7 +4,7 @@
     async def export(): ...
 
 The handler needs no ``request`` parameter. On success the rate-limit headers are set on the
-response; on a refusal FastAPI answers 429 with ``Retry-After``, the headers and the same
+response (and on the answer to an ``HTTPException`` the handler raises); on a refusal FastAPI answers 429 with ``Retry-After``, the headers and the same
 ``application/problem+json`` body as the middleware, with no exception handler to install,
 and the request costs nothing of the middleware's rules either.
 """
@@ -13,11 +13,13 @@ and the request costs nothing of the middleware's rules either.
 # ``RateLimitDependency.__call__`` at runtime, and an instance has no ``__globals__`` to
 # resolve string annotations against.
 
+import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 # Starlette's classes: FastAPI injects them alike, and its HTTPException handler is
 # registered for Starlette's HTTPException, so this module needs no FastAPI import.
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -73,12 +75,61 @@ def _install_handler(request: Request) -> None:
     entry added there applies to this request already. A handler the user registered for
     `RateLimitHTTPException` or `RateLimitExceeded` is kept.
     """
-    tables = request.scope.get("starlette.exception_handlers")
-    if not isinstance(tables, tuple) or not tables or not isinstance(tables[0], dict):
+    handlers = _exception_handlers(request)
+    if handlers is None:
         return  # no ExceptionMiddleware: FastAPI's HTTPException handling still gives a 429
-    handlers: dict[Any, Any] = tables[0]
     if RateLimitHTTPException not in handlers:
         handlers[RateLimitHTTPException] = handlers.get(RateLimitExceeded, _problem_response)
+
+
+def _exception_handlers(request: Request) -> "dict[Any, Any] | None":
+    """The live handler table of the app's ``ExceptionMiddleware`` (None without one):
+    Starlette puts it in the scope, and an entry added there applies to this request already."""
+    tables = request.scope.get("starlette.exception_handlers")
+    if not isinstance(tables, tuple) or not tables or not isinstance(tables[0], dict):
+        return None
+    return tables[0]
+
+
+class _WithRouteHeaders:
+    """An exception handler of the app, whose responses also get the route limits' headers.
+
+    FastAPI answers an ``HTTPException`` raised by the handler (a 401, a 404) with a response
+    of its own, not the one the dependency set its headers on; the request was counted all
+    the same, and its answer says so. The handler it wraps stays in charge of the response.
+    """
+
+    def __init__(self, handler: Callable[..., Any], limit: EndpointLimit) -> None:
+        self.handler = handler
+        self.limit = limit
+        self._async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+            type(handler).__call__
+        )
+
+    async def __call__(self, request: Request, exc: Exception) -> Response:
+        if self._async:
+            response = await self.handler(request, exc)
+        else:  # as Starlette runs a plain handler: in its thread pool
+            response = await run_in_threadpool(self.handler, request, exc)
+        if isinstance(response, Response):
+            self.limit.add_headers(response, request)
+        return response  # type: ignore[no-any-return]
+
+
+def _keep_headers_on_errors(request: Request, limit: EndpointLimit) -> None:
+    """Wrap the app's handlers of ``HTTPException`` (FastAPI's own, and yours, for it or a
+    subclass) in `_WithRouteHeaders`, once each."""
+    handlers = _exception_handlers(request)
+    if handlers is None:
+        return
+    for kind, handler in list(handlers.items()):
+        if (
+            isinstance(kind, type)
+            and issubclass(kind, HTTPException)
+            and not issubclass(kind, RateLimitHTTPException)  # a refusal has its own headers
+            and not isinstance(handler, _WithRouteHeaders)
+        ):
+            handlers[kind] = _WithRouteHeaders(handler, limit)
 
 
 class RateLimitDependency(EndpointLimit):
@@ -131,6 +182,7 @@ class RateLimitDependency(EndpointLimit):
             _install_handler(request)
             raise RateLimitHTTPException(checked if isinstance(checked, Decision) else None, denial)
         self.add_headers(response, request)
+        _keep_headers_on_errors(request, self)
         return checked if isinstance(checked, Decision) else Decision.unlimited(checked.identity)
 
 
