@@ -4,9 +4,10 @@
     async def export(): ...
 
 The handler needs no ``request`` parameter. On success the rate-limit headers are set on the
-response (and on the answer to an ``HTTPException`` the handler raises); on a refusal FastAPI answers 429 with ``Retry-After``, the headers and the same
-``application/problem+json`` body as the middleware, with no exception handler to install,
-and the request costs nothing of the middleware's rules either.
+response (and on the answer to an ``HTTPException`` the handler raises); on a refusal FastAPI
+answers 429 with ``Retry-After``, the headers and the same ``application/problem+json`` body
+as the middleware, with no exception handler to install, and the request costs nothing of the
+middleware's rules either.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the annotations of
