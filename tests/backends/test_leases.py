@@ -3,12 +3,11 @@ exact counts, exact expiry on a fake clock, and a wait that never passes the old
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from asgi_ratelimit.backends import MemoryBackend
+from asgi_ratelimit.backends import Backend, MemoryBackend
 from asgi_ratelimit.backends._leases import Grant, Leases
 from asgi_ratelimit.backends.redis import RedisBackend
 from tests.conftest import FakeClock
@@ -17,18 +16,15 @@ ALIGNED = 1_800_000_000.0
 SECOND = 1_000_000
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis),
-                        pytest.param("cluster", marks=pytest.mark.redis)])  # fmt: skip
-async def leases(
-    request: pytest.FixtureRequest, prefix: str
-) -> AsyncIterator[tuple[Leases, FakeClock]]:
-    clock = FakeClock(ALIGNED)
-    if request.param == "memory":
-        yield MemoryBackend(clock=clock).leases(), clock
-        return
-    url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
-    async with RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0) as backend:
-        yield backend.leases(), clock
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(ALIGNED)
+
+
+@pytest.fixture
+def leases(any_backend: Backend, clock: FakeClock) -> tuple[Leases, FakeClock]:
+    """The leases of `any_backend` (memory, Redis, a Redis Cluster), and its fake clock."""
+    return any_backend.leases(), clock
 
 
 async def test_at_most_n_leases_and_each_given_back_once(

@@ -99,25 +99,6 @@ async def backend(
         yield redis
 
 
-@pytest.fixture(
-    params=[
-        "memory",
-        pytest.param("redis", marks=pytest.mark.redis),
-        pytest.param("cluster", marks=pytest.mark.redis),
-    ]
-)
-async def any_backend(
-    request: pytest.FixtureRequest, clock: FakeClock, prefix: str
-) -> AsyncIterator[Backend]:
-    """`backend`, and a real Redis Cluster too (3 masters), on the fake clock."""
-    if request.param == "memory":
-        yield MemoryBackend(clock=clock)
-        return
-    url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
-    async with RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0) as redis:
-        yield redis
-
-
 @pytest.fixture
 def limiter_for(clock: FakeClock) -> Callable[..., RateLimiter]:
     """Build a RateLimiter on a MemoryBackend driven by the fake clock."""

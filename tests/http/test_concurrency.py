@@ -119,19 +119,9 @@ async def until(condition: Callable[[], bool]) -> None:
     raise AssertionError("the condition never held")
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis),
-                        pytest.param("cluster", marks=pytest.mark.redis)])  # fmt: skip
-async def store(
-    request: pytest.FixtureRequest, prefix: str
-) -> AsyncIterator[tuple[Backend, FakeClock]]:
-    """A backend on a fake clock: memory, a real Redis, a real Redis Cluster."""
-    clock = FakeClock(ALIGNED)
-    if request.param == "memory":
-        yield MemoryBackend(clock=clock), clock
-        return
-    url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
-    async with RedisBackend.from_url(url, prefix=prefix, clock=clock, timeout=2.0) as backend:
-        yield backend, clock
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(ALIGNED)
 
 
 def guarded(backend: Backend, *rules: Rule, **options: Any) -> tuple[Gates, Any, RateLimiter]:
@@ -157,9 +147,9 @@ async def status_of(app: Any, path: str, name: str, gates: Gates) -> int | None:
 
 
 async def test_n_in_flight_and_the_next_is_refused_with_exact_headers(
-    store: tuple[Backend, FakeClock],
+    any_backend: Backend,
 ) -> None:
-    backend, _ = store
+    backend = any_backend
     gates, app, _ = guarded(backend, Rule("/slow", concurrency=2, name="export"))
     first, second = await held(app, gates, "/slow", "a", "b")
     refused = await Exchange(app, "/slow", "c").done()
@@ -189,8 +179,8 @@ async def test_n_in_flight_and_the_next_is_refused_with_exact_headers(
     assert [await status_of(app, "/slow", n, gates) for n in ("f", "g", "h")] == [200] * 3
 
 
-async def test_identities_have_slots_of_their_own(store: tuple[Backend, FakeClock]) -> None:
-    backend, _ = store
+async def test_identities_have_slots_of_their_own(any_backend: Backend) -> None:
+    backend = any_backend
     gates, app, _ = guarded(backend, Rule("/slow", concurrency=1))
     (mine,) = await held(app, gates, "/slow", "a")
     other = Exchange(app, "/slow", "b", peer="198.51.100.9")
@@ -202,9 +192,9 @@ async def test_identities_have_slots_of_their_own(store: tuple[Backend, FakeCloc
 
 
 async def test_a_global_key_shares_the_slots_between_everyone(
-    store: tuple[Backend, FakeClock],
+    any_backend: Backend,
 ) -> None:
-    backend, _ = store
+    backend = any_backend
     gates, app, _ = guarded(backend, Rule("/slow", concurrency=1, key="global"))
     (mine,) = await held(app, gates, "/slow", "a")
     gates.open("b")
@@ -217,8 +207,8 @@ async def test_a_global_key_shares_the_slots_between_everyone(
 # -- when slots come back -------------------------------------------------------------------
 
 
-async def test_the_slot_comes_back_when_the_app_raises(store: tuple[Backend, FakeClock]) -> None:
-    backend, _ = store
+async def test_the_slot_comes_back_when_the_app_raises(any_backend: Backend) -> None:
+    backend = any_backend
     gates, app, _ = guarded(backend, Rule("/{p:path}", concurrency=1))
     (boom,) = await held(app, gates, "/boom", "a")
     assert await status_of(app, "/slow", "b", gates) == 429
@@ -229,9 +219,9 @@ async def test_the_slot_comes_back_when_the_app_raises(store: tuple[Backend, Fak
 
 
 async def test_a_stream_holds_its_slot_until_its_last_chunk(
-    store: tuple[Backend, FakeClock],
+    any_backend: Backend,
 ) -> None:
-    backend, _ = store
+    backend = any_backend
     gates, app, _ = guarded(backend, Rule("/{p:path}", concurrency=1))
     (stream,) = await held(app, gates, "/stream", "a")
     await until(lambda: len(stream.sent) == 2)  # its headers and first chunk are out
@@ -243,10 +233,10 @@ async def test_a_stream_holds_its_slot_until_its_last_chunk(
 
 
 async def test_the_slot_comes_back_before_the_last_chunk_goes_out(
-    store: tuple[Backend, FakeClock],
+    any_backend: Backend,
 ) -> None:
     # A client that has its whole response must find its slot free for its next request.
-    backend, _ = store
+    backend = any_backend
     gates, app, _ = guarded(backend, Rule("/slow", concurrency=1))
     seen: list[int | None] = []
 
@@ -262,9 +252,9 @@ async def test_the_slot_comes_back_before_the_last_chunk_goes_out(
 
 
 async def test_the_slot_comes_back_when_the_client_disconnects(
-    store: tuple[Backend, FakeClock],
+    any_backend: Backend,
 ) -> None:
-    backend, _ = store
+    backend = any_backend
     gates, app, _ = guarded(backend, Rule("/{p:path}", concurrency=1))
     (listening,) = await held(app, gates, "/listen", "a")
     assert await status_of(app, "/slow", "b", gates) == 429
@@ -277,9 +267,9 @@ async def test_the_slot_comes_back_when_the_client_disconnects(
     assert await status_of(app, "/slow", "d", gates) == 200
 
 
-async def test_a_lease_ends_exactly_at_its_length(store: tuple[Backend, FakeClock]) -> None:
+async def test_a_lease_ends_exactly_at_its_length(any_backend: Backend, clock: FakeClock) -> None:
     # What frees the slots of a worker that died holding them: nobody gives them back.
-    backend, clock = store
+    backend = any_backend
     gates, app, _ = guarded(backend, Rule("/slow", concurrency=2, lease="30 seconds"))
     stuck = await held(app, gates, "/slow", "a", "b")
     clock.advance(29.999999)
@@ -301,9 +291,9 @@ async def test_a_lease_ends_exactly_at_its_length(store: tuple[Backend, FakeCloc
 
 
 async def test_a_rule_with_a_rate_and_a_concurrency_is_all_or_nothing(
-    store: tuple[Backend, FakeClock],
+    any_backend: Backend,
 ) -> None:
-    backend, _ = store
+    backend = any_backend
     rule = Rule("/slow", limits=Limit("3/minute", algorithm="fixed_window"), concurrency=1,
                 name="export")  # fmt: skip
     gates, app, limiter = guarded(backend, rule)
@@ -419,9 +409,9 @@ def fastapi_app(limiter: RateLimiter, gates: Gates, middleware: bool) -> FastAPI
 
 @pytest.mark.parametrize("middleware", [True, False], ids=["middleware", "dependency-alone"])
 async def test_a_route_dependency_limits_requests_in_flight(
-    store: tuple[Backend, FakeClock], middleware: bool
+    any_backend: Backend, middleware: bool
 ) -> None:
-    backend, _ = store
+    backend = any_backend
     gates = Gates()
     limiter = RateLimiter(backend=backend, validate=False)
     app = fastapi_app(limiter, gates, middleware)
@@ -456,9 +446,9 @@ async def test_a_route_dependency_limits_requests_in_flight(
 
 @pytest.mark.parametrize("middleware", [True, False], ids=["middleware", "dependency-alone"])
 async def test_a_streamed_route_holds_its_slot_until_the_stream_ends(
-    store: tuple[Backend, FakeClock], middleware: bool
+    any_backend: Backend, middleware: bool
 ) -> None:
-    backend, _ = store
+    backend = any_backend
     gates = Gates()
     limiter = RateLimiter(backend=backend, validate=False)
     app = fastapi_app(limiter, gates, middleware)
