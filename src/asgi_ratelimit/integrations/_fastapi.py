@@ -4,16 +4,17 @@
     async def export(): ...
 
 The handler needs no ``request`` parameter. On success the rate-limit headers are set on the
-response (and on the answer to an ``HTTPException`` the handler raises); on a refusal FastAPI
-answers 429 with ``Retry-After``, the headers and the same ``application/problem+json`` body
-as the middleware, with no exception handler to install, and the request costs nothing of the
-middleware's rules either.
+response, and on FastAPI's answer to an ``HTTPException`` the handler raises or to a request
+that fails validation. On a refusal FastAPI answers 429 with ``Retry-After``, the headers and
+the same ``application/problem+json`` body as the middleware, with no exception handler to
+install, and the request costs nothing of the middleware's rules either.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the annotations of
 # ``RateLimitDependency.__call__`` at runtime, and an instance has no ``__globals__`` to
 # resolve string annotations against.
 
+import functools
 import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
@@ -92,12 +93,25 @@ def _exception_handlers(request: Request) -> "dict[Any, Any] | None":
     return tables[0]
 
 
+@functools.cache
+def _answered_by_handlers() -> "tuple[type[Exception], ...]":
+    """The exceptions FastAPI answers with a response of its own after the dependency ran:
+    an ``HTTPException`` the handler raises (a 401, a 404), and a request that fails
+    validation (422). Imported at first use: the package never imports FastAPI itself."""
+    try:
+        from fastapi.exceptions import RequestValidationError
+    except ImportError:  # pragma: no cover - the dependency runs in FastAPI apps
+        return (HTTPException,)
+    return (HTTPException, RequestValidationError)
+
+
 class _WithRouteHeaders:
     """An exception handler of the app, whose responses also get the route limits' headers.
 
-    FastAPI answers an ``HTTPException`` raised by the handler (a 401, a 404) with a response
-    of its own, not the one the dependency set its headers on; the request was counted all
-    the same, and its answer says so. The handler it wraps stays in charge of the response.
+    FastAPI answers an ``HTTPException`` raised by the handler (a 401, a 404), and a request
+    that fails validation, with a response of its own, not the one the dependency set its
+    headers on; the request was counted all the same, and its answer says so. The handler
+    it wraps stays in charge of the response.
     """
 
     def __init__(self, handler: Callable[..., Any], limit: EndpointLimit) -> None:
@@ -118,15 +132,16 @@ class _WithRouteHeaders:
 
 
 def _keep_headers_on_errors(request: Request, limit: EndpointLimit) -> None:
-    """Wrap the app's handlers of ``HTTPException`` (FastAPI's own, and yours, for it or a
-    subclass) in `_WithRouteHeaders`, once each."""
+    """Wrap the app's handlers of ``HTTPException`` and validation errors (FastAPI's own, and
+    yours, for them or a subclass) in `_WithRouteHeaders`, once each."""
     handlers = _exception_handlers(request)
     if handlers is None:
         return
+    answered = _answered_by_handlers()
     for kind, handler in list(handlers.items()):
         if (
             isinstance(kind, type)
-            and issubclass(kind, HTTPException)
+            and issubclass(kind, answered)
             and not issubclass(kind, RateLimitHTTPException)  # a refusal has its own headers
             and not isinstance(handler, _WithRouteHeaders)
         ):
