@@ -124,6 +124,21 @@ def test_default_limits_document_every_route_and_header_style_is_followed() -> N
     )
 
 
+def test_a_rule_that_limits_no_request_documents_no_429() -> None:
+    limiter = RateLimiter(
+        default_limits="1000/hour",
+        rules=[Rule("/health", messages="10/second")],  # websocket messages only
+    )
+    app = build(limiter)
+    limiter.document(app)
+    ops = operations(app.openapi())
+    assert limiter.describe_rules("GET", "/health") == []
+    assert "429" not in ops[("/health", "get")]["responses"]
+    assert ops[("/search", "get")]["responses"]["429"]["description"] == (
+        "Too Many Requests: over the rate limit (search: 10/minute; default: 1000/hour)."
+    )
+
+
 def test_routes_added_after_document_are_documented_and_docs_are_served() -> None:
     limiter = RateLimiter(headers="none")
     app = FastAPI()

@@ -235,13 +235,17 @@ class RuleSet:
         return tuple(matched)
 
     def describe(self, method: str, path: str) -> list[str]:
-        """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``."""
+        """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``. A rule
+        that limits no request there (websocket ``messages=`` alone, or no limits in any tier)
+        is left out: it never answers 429."""
         described = []
         for rule in self.match(method.upper(), normalize_path(path)):
             tiers = [
                 (tier, ", ".join(limit.text for _, limit in named) or "unlimited")
                 for tier, named in rule.tiers.items()
             ]
+            if rule.in_flight is None and all(text == "unlimited" for _, text in tiers):
+                continue
             text = "; ".join(text if tier is None else f"{tier}: {text}" for tier, text in tiers)
             if rule.in_flight is not None:
                 text = (
