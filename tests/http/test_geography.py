@@ -13,6 +13,7 @@ from typing import Any
 
 import maxminddb
 import pytest
+from fastapi import Depends, FastAPI
 
 from asgi_ratelimit import (
     APIKey,
@@ -517,3 +518,36 @@ async def test_a_rules_file_with_a_country_rule_needs_a_country_source(tmp_path:
     rules.write_text('[[rules]]\npath = "/search"\nlimits = "2/minute"\nkey = "country"\n')
     with pytest.raises(ConfigurationError, match=r"^rule '/search': key='country' needs"):
         RateLimiter(rules_file=rules)
+
+
+# -- route limits ----------------------------------------------------------------------------
+
+
+async def test_a_route_limit_counts_per_country(backend: Backend, geo_db: Path) -> None:
+    limiter = RateLimiter(backend=backend, country=GeoIPCountry(geo_db))
+    app = FastAPI()
+    signups = limiter.limit(fixed("2/minute"), key="country", name="signups")
+
+    @app.post("/signup", dependencies=[Depends(signups)])
+    async def signup() -> dict[str, str]:
+        return {"ok": "yes"}
+
+    async def posts(peer: str, count: int) -> list[int]:
+        async with client(app, peer=peer) as http:
+            return [(await http.post("/signup")).status_code for _ in range(count)]
+
+    assert await posts(GERMANS[0], 1) == [200]
+    assert await posts(GERMANS[1], 2) == [200, 429]  # one German budget
+    assert await posts(BRAZILIAN, 3) == [200, 200, 429]
+    assert await posts(NOWHERE[0], 1) == [200]
+    assert await posts(NOWHERE[1], 2) == [200, 429]  # one budget for the unknown ones
+    await limiter.reset("country:DE")
+    assert await posts(GERMANS[0], 1) == [200]
+
+
+def test_a_route_limit_per_country_needs_a_country_source() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        RateLimiter().limit("5/minute", key="country")
+    assert str(raised.value).startswith(
+        "limit(key='country') needs the request's country: pass RateLimiter(country=...)"
+    )

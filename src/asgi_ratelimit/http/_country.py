@@ -20,7 +20,22 @@ from .identity._base import Scope
 from .identity._country import CountrySource, country_code
 from .identity._geoip import GeoIPCountry
 
-__all__ = ["CountryResolver"]
+__all__ = ["CountryResolver", "country_key", "needs_country"]
+
+
+def country_key(country: str | None) -> str:
+    """The budget key of a country: ``country:DE``, and one ``country:unknown`` for requests
+    no source places."""
+    return f"country:{country or 'unknown'}"
+
+
+def needs_country(what: str) -> ConfigurationError:
+    """The error for a limit that needs the request's country on a limiter without sources."""
+    return ConfigurationError(
+        f"{what} needs the request's country: pass RateLimiter(country=...), e.g. "
+        "country=CountryHeader.cloudflare(trusted_proxies=[...]) or "
+        "country=GeoIPCountry('GeoLite2-Country.mmdb')"
+    )
 
 
 class CountryResolver:

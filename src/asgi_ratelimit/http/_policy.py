@@ -26,7 +26,7 @@ from .._overrides import Override, Overrides
 from .._rates import LimitsLike
 from ..backends._protocol import Backend, Check
 from ._access import AccessList
-from ._country import CountryResolver
+from ._country import CountryResolver, country_key, needs_country
 from ._identity import IdentityResolver
 from ._in_flight import Slot, Slots
 from ._own_keys import own_key
@@ -101,11 +101,7 @@ class RequestPolicy:
             for rule in ruleset.rules:
                 if rule.needs_country:
                     what = "key='country'" if rule.key == "country" else "countries=[...]"
-                    raise ConfigurationError(
-                        f"rule {rule.name!r}: {what} needs the request's country: pass "
-                        "RateLimiter(country=...), e.g. country=CountryHeader.cloudflare("
-                        "trusted_proxies=[...]) or country=GeoIPCountry('GeoLite2-Country.mmdb')"
-                    )
+                    raise needs_country(f"rule {rule.name!r}: {what}")
         allow_list = AccessList(allow, "allow")
         deny_list = AccessList(deny, "deny")
         for rule in ruleset.all_rules:
@@ -349,7 +345,7 @@ class RequestPolicy:
             elif key == "global":
                 subject = "*"
             elif key == "country":
-                subject = f"country:{country or 'unknown'}"
+                subject = country_key(country)
             else:  # a key of your own, answered before (a route with one is never static)
                 subject = keys[index] if keys is not None else None
             if costs is not None:  # (a static cost is None only for a cost callable's rule)

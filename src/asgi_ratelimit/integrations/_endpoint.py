@@ -39,6 +39,7 @@ from .._in_flight import DEFAULT_LEASE, InFlight
 from .._log_once import LogOnce
 from .._rates import LimitsLike, parse_limits
 from ..backends._protocol import Check
+from ..http._country import country_key, needs_country
 from ..http._in_flight import Slot, Slots
 from ..http._ledger import RELEASES, SETTLES, decided, refund_all, remember
 from ..http._on_limited import OnLimited, custom_response, validate_on_limited
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CostLike", "EndpointKey", "EndpointLimit"]
 
-EndpointKey = Literal["identity", "ip", "global"]
+EndpointKey = Literal["identity", "ip", "global", "country"]
 ENDPOINT_KEYS: tuple[str, ...] = get_args(EndpointKey)
 
 #: A fixed cost, or a function of the request (sync or async) that returns one.
@@ -72,11 +73,13 @@ class EndpointLimit:
     The budget is per (route, identity): the same spec on two routes counts them apart. A
     ``name`` names the policy in the headers and shares one budget between every route that
     uses it. ``key="ip"`` counts per client IP whatever the identity; ``key="global"`` counts
-    everyone together; ``key=callable(request) -> str | None`` (sync or async, it may read the
-    body) counts per what it answers, None leaving the limit out. ``on_limited`` (else the
-    limiter's) answers refusals. ``concurrency=N`` (with ``lease``, as for `Rule`) admits at
-    most N requests of one key in flight at once; `RateLimitMiddleware` gives the slot back
-    when the response ends (without it, the dependency's exit or the endpoint's return does).
+    everyone together; ``key="country"`` per the request's country (the limiter's
+    ``country=`` sources, as for rules); ``key=callable(request) -> str | None`` (sync or
+    async, it may read the body) counts per what it answers, None leaving the limit out.
+    ``on_limited`` (else the limiter's) answers refusals. ``concurrency=N`` (with ``lease``,
+    as for `Rule`) admits at most N requests of one key in flight at once;
+    `RateLimitMiddleware` gives the slot back when the response ends (without it, the
+    dependency's exit or the endpoint's return does).
     """
 
     def __init__(
@@ -112,9 +115,11 @@ class EndpointLimit:
         )
         if not callable(key) and key not in ENDPOINT_KEYS:
             raise ConfigurationError(
-                f"key={key!r}: unknown key (use 'identity', 'ip', 'global' or a callable "
-                "request -> str | None of your own)"
+                f"key={key!r}: unknown key (use 'identity', 'ip', 'global', 'country' or a "
+                "callable request -> str | None of your own)"
             )
+        if key == "country" and not limiter.policy.countries:
+            raise needs_country("limit(key='country')")
         self.key: EndpointKey | KeyFunction = key
         self.cost: CostLike = cost if callable(cost) else validate_cost(cost, "limit: ")
         if name is not None and (
@@ -298,6 +303,8 @@ class EndpointLimit:
             return "*"
         if self.key == "ip":
             return self.limiter.policy.identities.ip_key(scope)
+        if self.key == "country":
+            return country_key(self.limiter.policy.countries.country(scope))
         return identity.key
 
     async def usage(self, scope: MutableMapping[str, Any]) -> tuple[PolicyStatus, ...]:
