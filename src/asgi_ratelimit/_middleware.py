@@ -128,46 +128,45 @@ class RateLimitMiddleware:
             if self._shed is not None and not self._serves(scope, self._shed):
                 await send_response(send, *overloaded(self._shed.retry_after))
                 return
-            checked: Decision | Access | None
-            answer: Decision | Access | Awaitable[Decision | Access] | None
+            checked: Decision | Access | Awaitable[Decision | Access] | None
             try:
-                answer = self.limiter.check(scope)
+                checked = self.limiter.check(scope)
             except Exception as exc:
                 self._failed(exc)
-                answer = None
-            if isinstance(answer, Decision) or answer is None or isinstance(answer, Access):
-                checked = answer
-            else:  # a coroutine only when one is needed
-                checked = await self._settled(answer)
-            if isinstance(checked, Decision):
-                # remember(scope, checked), inlined: every request.
-                state = scope.get("state")
-                if state is None:
-                    scope["state"] = {"rate_limit": checked}
-                else:
-                    state["rate_limit"] = checked
-                if not checked.allowed:
-                    if self.on_limited is None:  # the usual refusal: no coroutine of ours
-                        await send_response(send, *self._responses.refusal(checked))
-                    else:
-                        await self._refuse(scope, receive, send, checked)
+                checked = None
+            if not isinstance(checked, Decision):
+                if checked is not None and not isinstance(checked, Access):
+                    checked = await self._settled(checked)  # a coroutine only when needed
+                if not isinstance(checked, Decision):  # the lists decided, or a failure
+                    if checked is not None and checked.verdict == "blocked":
+                        await send_response(send, *forbidden())
+                    else:  # the allow list, or the limiter failed (logged)
+                        await self.app(scope, receive, send)
                     return
-                if checked.delay > 0:
-                    await self._sleep(checked.delay)  # leaky bucket: shape, do not refuse
-                if checked.policies and self._adds_headers:
-                    send = adding_headers(send, self._render(checked), scope)
-                if (
-                    checked.settle is None
-                    and checked.release is None
-                    and not self.limiter.settles_routes
-                ):
-                    await self.app(scope, receive, send)
-                else:  # a limit counts by outcome, or holds slots until the response ends
-                    await self._settling(scope, receive, send, checked)
-            elif isinstance(checked, Access) and checked.verdict == "blocked":
-                await send_response(send, *forbidden())
-            else:  # the allow list, or the limiter failed (logged)
+            # remember(scope, checked), inlined: every request.
+            state = scope.get("state")
+            if state is None:
+                scope["state"] = {"rate_limit": checked}
+            else:
+                state["rate_limit"] = checked
+            if not checked.allowed:
+                if self.on_limited is None:  # the usual refusal: no coroutine of ours
+                    await send_response(send, *self._responses.refusal(checked))
+                else:
+                    await self._refuse(scope, receive, send, checked)
+                return
+            if checked.delay > 0:
+                await self._sleep(checked.delay)  # leaky bucket: shape, do not refuse
+            if checked.policies and self._adds_headers:
+                send = adding_headers(send, self._render(checked), scope)
+            if (
+                checked.settle is None
+                and checked.release is None
+                and not self.limiter.settles_routes
+            ):
                 await self.app(scope, receive, send)
+            else:  # a limit counts by outcome, or holds slots until the response ends
+                await self._settling(scope, receive, send, checked)
         elif kind == "websocket" and self.websocket:
             await self._websocket(scope, receive, send)
         elif kind == "lifespan":
