@@ -135,8 +135,8 @@ def _keep_headers_on_errors(request: Request, limit: EndpointLimit) -> None:
     """Wrap the app's handlers of ``HTTPException`` and validation errors (FastAPI's own, and
     yours, for them or a subclass) in `_WithRouteHeaders`, once each."""
     handlers = _exception_handlers(request)
-    if handlers is None:
-        return
+    if handlers is None or isinstance(handlers.get(HTTPException), _WithRouteHeaders):
+        return  # none, or wrapped at an earlier request (the table is fixed once built)
     answered = _answered_by_handlers()
     for kind, handler in list(handlers.items()):
         if (
