@@ -28,7 +28,7 @@ from ._errors import BackendError, ConfigurationError
 from ._identity import Identity
 from ._load import LoadMonitor
 from .backends._memory import MemoryBackend
-from .backends._protocol import Backend, Check, Result
+from .backends._protocol import Answer, Backend, Check
 
 __all__ = [
     "FAILURE_POLICIES",
@@ -112,7 +112,7 @@ class Engine:
             result = backend.decide(checks, consume)
         except Exception as exc:  # a broken backend must never take the app down
             return self._in_outage(checks, policies, identity, consume, exc)
-        if isinstance(result, Result):
+        if isinstance(result, tuple):  # a plain pair or a `Result`: answered now
             outcomes, at = result
             # What it consumed, for a refund if a later door refuses: nothing when refused.
             charge = (backend, checks, at, None) if consume and outcomes[0].allowed else None
@@ -121,18 +121,18 @@ class Engine:
 
     async def _awaiting(
         self,
-        pending: Awaitable[Result],
+        pending: Awaitable[Answer],
         checks: Sequence[Check],
         policies: Sequence[Policy],
         identity: Identity | None,
         consume: bool,
     ) -> Decision:
         try:
-            result = await pending
+            outcomes, at = await pending
         except Exception as exc:
             return self._in_outage(checks, policies, identity, consume, exc)
-        charge = (self.backend, checks, result.at, None) if consume else None
-        return decide_from(policies, checks, result.outcomes, identity, charge)
+        charge = (self.backend, checks, at, None) if consume else None
+        return decide_from(policies, checks, outcomes, identity, charge)
 
     def _in_outage(
         self,
@@ -163,10 +163,10 @@ class Engine:
         if self.fallback is None:
             self.fallback = MemoryBackend()
         local = tuple([check for check, _ in fallback])
-        result = self.fallback.decide(local, consume)
-        charge = (self.fallback, local, result.at, None) if consume else None
+        outcomes, at = self.fallback.decide(local, consume)
+        charge = (self.fallback, local, at, None) if consume else None
         named = [policy for _, policy in fallback]
-        decision = decide_from(named, local, result.outcomes, identity, charge)
+        decision = decide_from(named, local, outcomes, identity, charge)
         decision.outage = "fallback"
         return decision
 

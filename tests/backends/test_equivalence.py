@@ -199,12 +199,11 @@ async def _compare_big(url: str, limits: list[Limit], schedule: list[tuple]) -> 
             if action == "peek":
                 expected, actual = await memory.peek(checks), await redis.peek(checks)
             else:
-                mine = memory.decide(checks, True)
-                theirs = await redis.decide(checks, True)  # type: ignore[misc]
-                expected, actual = mine.outcomes, theirs.outcomes
+                expected, mine_at = memory.decide(checks, True)
+                actual, theirs_at = await redis.decide(checks, True)  # type: ignore[misc]
                 if action == "refund" and all(o.allowed for o in expected):
-                    memory.refund(checks, mine.at)
-                    await redis.refund(checks, theirs.at)  # type: ignore[misc]
+                    memory.refund(checks, mine_at)
+                    await redis.refund(checks, theirs_at)  # type: ignore[misc]
             expected = [outcome._replace(state=None) for outcome in expected]
             assert actual == expected, where
 

@@ -33,10 +33,10 @@ class BrokenBackend:
         raise BackendError("connection refused")
 
     async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
-        return self.decide(checks).outcomes
+        return self.decide(checks)[0]
 
     async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
-        return self.decide(checks, False).outcomes
+        return self.decide(checks, False)[0]
 
     def validate_limit(self, limit: Limit) -> Limit:
         return limit

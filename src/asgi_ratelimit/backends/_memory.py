@@ -8,13 +8,12 @@ from types import TracebackType
 
 from .._clock import Clock, monotonic_epoch_clock
 from .._errors import ConfigurationError
-from .._named import new_named
 from .._rates import Limit
 from ..algorithms import DECIDERS, NEVER, Outcome, State
 from ..algorithms.refund import REFUNDS
 from ._leases import MemoryLeases
 from ._memory_entries import _MASK, Entry, Tables, _pack, _sweep, _unpack
-from ._protocol import Check, Result
+from ._protocol import Check
 
 __all__ = ["MemoryBackend"]
 
@@ -91,8 +90,9 @@ class MemoryBackend:
 
     # -- the protocol -----------------------------------------------------------------------
 
-    def decide(self, checks: Sequence[Check], consume: bool = True) -> Result:
-        """Decide ``checks`` now; store the new states when all are allowed and ``consume``.
+    def decide(self, checks: Sequence[Check], consume: bool = True) -> tuple[list[Outcome], int]:
+        """Decide ``checks`` now; store the new states when all are allowed and ``consume``:
+        ``(outcomes, at)``, one `Outcome` per check and the instant (in microseconds).
 
         Synchronous: the whole decision happens under one lock, so concurrent coroutines
         cannot interleave and threads stay exact.
@@ -106,11 +106,11 @@ class MemoryBackend:
                 now = self._last_now
             self._last_now = now
             if len(checks) != 1:
-                return new_named(Result, (self._decide_many(checks, now, consume), now))
+                return self._decide_many(checks, now, consume), now
             # One check (the usual request): no pending map, no second pass.
             key, limit, cost, budget, block = checks[0]
             if block is not None:
-                return new_named(Result, (self._decide_many(checks, now, consume), now))
+                return self._decide_many(checks, now, consume), now
             if budget:
                 if self._last_budget is budget and self._last_limit is limit:  # as last time
                     table_id = self._last_table_id
@@ -140,7 +140,7 @@ class MemoryBackend:
                             table[key] = packed
                         else:
                             self._insert(table_id, key, packed, now)
-            return new_named(Result, ([outcome], now))
+            return [outcome], now
 
     def _table_id_of(self, limit: Limit, budget: str) -> str:
         ids = self._table_ids.get(budget)
@@ -229,7 +229,7 @@ class MemoryBackend:
                 self._young[table_id][key] = _pack(refunded, expires_at)
 
     async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
-        return self.decide(checks).outcomes
+        return self.decide(checks)[0]
 
     def leases(self) -> MemoryLeases:
         """The slots of in-flight limits, on this backend's clock (one store per backend)."""
@@ -238,7 +238,7 @@ class MemoryBackend:
         return self._leases
 
     async def peek(self, checks: Sequence[Check]) -> list[Outcome]:
-        return self.decide(checks, consume=False).outcomes
+        return self.decide(checks, consume=False)[0]
 
     def validate_limit(self, limit: Limit) -> Limit:
         """Every `Limit` is decided exactly in memory."""

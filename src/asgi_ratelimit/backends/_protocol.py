@@ -5,9 +5,9 @@ A backend is where limit state lives. The engine asks it one question per reques
 and with an awaitable when it lives elsewhere (`RedisBackend`): one request path, with no
 coroutine at all for the in-memory case.
 
-    result = backend.decide(checks)        # a Result, or an awaitable of one
-    result.outcomes                        # one Outcome per check, in order
-    backend.refund(checks, result.at)      # give back what a later refusal must not cost
+    answer = backend.decide(checks)        # (outcomes, at), or an awaitable of it
+    outcomes, at = answer                  # one Outcome per check, in order; the instant
+    backend.refund(checks, at)             # give back what a later refusal must not cost
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from .._rates import Limit
 from ..algorithms import Outcome
 
-__all__ = ["Backend", "Block", "Check", "Result", "SharedStore"]
+__all__ = ["Answer", "Backend", "Block", "Check", "Result", "SharedStore"]
 
 
 class Block(NamedTuple):
@@ -56,10 +56,17 @@ class Result(NamedTuple):
     """A backend's answer: one `Outcome` per check, and the instant of the decision.
 
     ``at`` is opaque to the caller: hand it back to `Backend.refund` to undo this call.
+    A backend may answer any pair ``(outcomes, at)`` instead, and callers unpack it:
+    `MemoryBackend` answers a plain tuple, which costs less to build and to unpack on
+    every request than a tuple subclass.
     """
 
     outcomes: list[Outcome]
     at: Any
+
+
+#: What `Backend.decide` answers: a `Result`, or any pair ``(outcomes, at)``.
+Answer = tuple[list[Outcome], Any]
 
 
 @runtime_checkable
@@ -78,7 +85,7 @@ class Backend(Protocol):
 
     def decide(
         self, checks: Sequence[Check], consume: bool = True
-    ) -> Result | Awaitable[Result]: ...
+    ) -> Answer | Awaitable[Answer]: ...
 
     def refund(self, checks: Sequence[Check], at: Any) -> Awaitable[None] | None:
         """Give back the costs that ``decide(checks)`` consumed at ``at``."""

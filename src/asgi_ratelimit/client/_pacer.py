@@ -76,7 +76,7 @@ class Pacer:
         checks = [Check("client", limit, 1, "") for limit in limits]
         for _ in range(_TRIES):
             self._at = now + delay
-            outcomes = self._backend.decide(checks).outcomes
+            outcomes, _ = self._backend.decide(checks)
             if all(outcome.allowed for outcome in outcomes):
                 return delay
             delay += max(outcome.retry_us for outcome in outcomes) / 1_000_000

@@ -112,7 +112,9 @@ def adding_headers(
                     break
             else:  # the usual case: the app set none of ours
                 headers += extra
-            message = {**message, "headers": headers}
+            # In place, as Starlette's own middleware do: the message is the app's, made for
+            # this one send (its headers list is not: it may be a response's, so it is copied).
+            message["headers"] = headers
         return send(message)
 
     return send_with_headers

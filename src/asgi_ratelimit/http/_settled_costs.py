@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Sequence
 
 from .._decision import Policy, ResponseHeaders
 from .._log_once import LogOnce
-from ..backends._protocol import Backend, Check, Result
+from ..backends._protocol import Answer, Backend, Check
 
 __all__ = ["charge_at_most", "differences"]
 
@@ -60,10 +60,10 @@ def differences(
 async def charge_at_most(backend: Backend, checks: Sequence[Check]) -> None:
     """Charge each check's cost, or as much of it as its budget has left."""
     for check in checks:
-        outcome = (await _decided(backend.decide([check]))).outcomes[0]
+        outcome = (await _decided(backend.decide([check])))[0][0]
         if not outcome.allowed and outcome.remaining > 0:
             await _decided(backend.decide([check._replace(cost=outcome.remaining)]))
 
 
-async def _decided(result: Result | Awaitable[Result]) -> Result:
-    return result if isinstance(result, Result) else await result
+async def _decided(answer: Answer | Awaitable[Answer]) -> Answer:
+    return answer if isinstance(answer, tuple) else await answer
