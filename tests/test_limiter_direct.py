@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -191,6 +192,36 @@ async def test_a_limit_listed_twice_is_one_limit(limiter: RateLimiter) -> None:
     decisions = [await limiter.hit("k", twice) for _ in range(6)]
     assert [d.allowed for d in decisions] == [True] * 5 + [False]
     assert [len(d.policies) for d in decisions] == [1] * 6
+
+
+async def test_a_list_of_limits_is_read_once_whatever_its_kind(limiter: RateLimiter) -> None:
+    # The limiter remembers each spec it parsed, a list by its items: an iterator (read
+    # once) and a list of the same items count in the same budgets.
+    decisions = [await limiter.hit("k", iter(["3/minute", fixed("10/hour")])) for _ in range(2)]
+    decisions += [await limiter.hit("k", ("3/minute", fixed("10/hour"))) for _ in range(2)]
+    assert [(d.allowed, [p.remaining for p in d.policies]) for d in decisions] == [
+        (True, [2, 9]),
+        (True, [1, 8]),
+        (True, [0, 7]),
+        (False, [0, 7]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        (["5/minute", 5], "limits: 5 is not a Limit or a rate string such as '5/minute'"),
+        (["5/minute", ["1/second"]], "is not a Limit or a rate string"),
+        (5, "limits 5: expected a Limit, a rate string or a list of them"),
+        (iter([]), "limits []: empty"),
+    ],
+)
+async def test_a_list_with_something_else_is_refused(
+    limiter: RateLimiter, limits: object, message: str
+) -> None:
+    for _ in range(2):  # the second time too: a refused spec is not remembered
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            await limiter.hit("k", limits)  # type: ignore[arg-type]
 
 
 async def test_cost_counts_in_units_and_several_limit_forms(limiter: RateLimiter) -> None:

@@ -183,7 +183,9 @@ class RateLimiter:
             self.check = self._starting_check  # the first requests only
         #: the limiter's one header renderer (its caches are its own, and bounded)
         self.renderer = HeaderRenderer(headers)
-        self._direct_limits: dict[str | Limit, tuple[tuple[Limit, ...], tuple[Policy, ...]]] = {}
+        self._direct_limits: dict[
+            str | Limit | tuple[Limit | str, ...], tuple[tuple[Limit, ...], tuple[Policy, ...]]
+        ] = {}
         #: the named route limits (``limit(..., name=...)``), which the usage endpoint reports
         self.named_limits: dict[str, EndpointLimit] = {}
         #: a route limit counts by outcome (``count_when``): the middleware then records every
@@ -349,7 +351,9 @@ class RateLimiter:
         """Count one request of ``cost`` against every limit, all or nothing."""
         checks, policies = self._direct_checks(key, limits, cost)
         if not self.observers:
-            return await _settled(self.engine.decide(checks, policies, None))
+            decision = self.engine.decide(checks, policies, None)
+            # `_settled`, inlined: direct use is a hot path of its own (websocket messages).
+            return decision if isinstance(decision, Decision) else await decision
         start = perf_counter()
         decision = await _settled(self.engine.decide(checks, policies, None))
         self.report(decision, None, None, perf_counter() - start)
@@ -380,21 +384,25 @@ class RateLimiter:
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, got {type(key).__name__}")
         cost = validate_cost(cost)
-        # Direct use repeats the same few specs: parse and validate each once per limiter.
-        hashable = isinstance(limits, (str, Limit))
-        parsed = self._direct_limits.get(limits) if hashable else None  # type: ignore[arg-type]
+        # Direct use repeats the same few specs: parse and validate each once per limiter,
+        # a list by its items (read once: it may be an iterator).
+        spec = limits if isinstance(limits, (str, Limit)) else _items(limits)
+        try:
+            parsed = self._direct_limits.get(spec)
+        except TypeError:  # an item that is no limit: parse_limits says what is wrong
+            parsed = None
         if parsed is None:
             # A limit listed twice (or spelled twice: "5/minute", "5/60s") counts once.
-            unique = tuple(dict.fromkeys(map(self.backend.validate_limit, parse_limits(limits))))
-            parsed = unique, tuple(Policy(limit.text) for limit in unique)
-            if hashable:
-                if len(self._direct_limits) >= _DIRECT_LIMITS_CACHED:
-                    self._direct_limits.clear()
-                self._direct_limits[limits] = parsed  # type: ignore[index]
-        unique, policies = parsed
-        return [
-            new_named(Check, (key, limit.enforced, cost, "", None)) for limit in unique
-        ], policies
+            unique = tuple(dict.fromkeys(map(self.backend.validate_limit, parse_limits(spec))))
+            parsed = (
+                tuple([limit.enforced for limit in unique]),
+                tuple([Policy(limit.text) for limit in unique]),
+            )
+            if len(self._direct_limits) >= _DIRECT_LIMITS_CACHED:
+                self._direct_limits.clear()
+            self._direct_limits[spec] = parsed
+        enforced, policies = parsed
+        return [new_named(Check, (key, limit, cost, "", None)) for limit in enforced], policies
 
     # -- HTTP ----------------------------------------------------------------------------------
 
@@ -492,6 +500,14 @@ class RateLimiter:
 
     def __repr__(self) -> str:
         return f"RateLimiter({self.backend!r}, rules={len(self.rules)})"
+
+
+def _items(limits: Iterable[Limit | str]) -> tuple[Limit | str, ...]:
+    """The items of a list of limits, as a tuple."""
+    try:
+        return tuple(limits)
+    except TypeError:  # no list at all: parse_limits raises, saying what is wrong
+        return parse_limits(limits)
 
 
 async def _settled(value: _T | Awaitable[_T]) -> _T:
