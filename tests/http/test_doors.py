@@ -107,6 +107,33 @@ async def test_a_dependency_refusal_shows_none_of_the_counts_it_gave_back(
         assert answer.headers["x-ratelimit-remaining"] == "0"
 
 
+async def test_a_dependency_413_in_ietf_style_shows_none_of_the_counts_it_gave_back(
+    backend: Backend,
+) -> None:
+    # A request that can never pass gets a 413 with no Retry-After and, in the "ietf" style,
+    # no X-RateLimit trio either: the middleware must still leave its stale rule item out.
+    limiter = RateLimiter(
+        backend=backend, rules=[Rule("/api/{name}", limits=fixed("5/minute"), name="api")],
+        headers="ietf",
+    )  # fmt: skip
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/api/bulk", dependencies=[Depends(limiter.limit(fixed("2/minute"), cost=3))])
+    async def bulk() -> dict[str, str]:
+        return {"ok": "bulk"}
+
+    async with client(app) as http:
+        never = await http.get("/api/bulk")
+        plain = await http.get("/api/plain")
+    assert never.status_code == 413
+    assert "retry-after" not in never.headers
+    assert never.headers["ratelimit-policy"] == '"/api/bulk";q=2;w=60'
+    assert never.headers["ratelimit"] == '"/api/bulk";r=2;t=0'
+    # The rule's charge for it was given back: the next request has 4 of 5 left.
+    assert plain.headers["ratelimit"] == '"api";r=4;t=60'
+
+
 async def test_a_later_dependency_refusal_refunds_the_earlier_dependency(
     backend: Backend,
 ) -> None:

@@ -77,7 +77,8 @@ class Backend(Protocol):
     check consumes anything (all or nothing); ``consume=False`` consumes nothing either way.
     A check of a blocked key is refused until its block ends (``retry`` says when); a
     consuming call whose check with a `Block` is refused by its limit starts the block, in
-    the same atomic step.
+    the same atomic step. ``checks`` is read-only: the limiter hands the same sequence to
+    a client's next requests.
     A backend raises `BackendError` when its storage fails, and reports its own outages in
     the log (one ERROR when one starts, one WARNING when it ends); the limiter then applies
     its failure policy.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from .._decision import Decision
@@ -43,6 +44,7 @@ OnLimited = Callable[[Scope, Decision], Any]
 # the X-RateLimit trio is one unit, Retry-After one field; the RateLimit lists concatenate.
 _TRIO = frozenset({b"x-ratelimit-limit", b"x-ratelimit-remaining", b"x-ratelimit-reset"})
 _SINGLE = _TRIO | {b"retry-after"}
+_name = itemgetter(0)
 
 
 def validate_on_limited(on_limited: object) -> OnLimited | None:
@@ -92,9 +94,9 @@ def adding_headers(
 ) -> Send:
     """Wrap ``send`` to add ``extra`` headers to the ``start`` message; the rest passes as is.
 
-    With the request's ``scope``, a response of a later door that refused the request (it
-    sets ``Retry-After`` or the X-RateLimit trio) gets none of ``extra``'s counts when that
-    door gave back what they counted (`refund_all`): they no longer hold.
+    With the request's ``scope``, a response of a later door that refused the request gets
+    none of ``extra``'s counts when that door gave back what they counted (`refund_all`):
+    they no longer hold.
     """
 
     # Not a coroutine function: it hands back send's own awaitable, so each message (every
@@ -102,15 +104,16 @@ def adding_headers(
     def send_with_headers(message: Message) -> Awaitable[None]:
         if message["type"] == start:
             headers = [*(message.get("headers") or ())]  # any iterable: a generator too
-            for name, _ in headers:
-                lowered = (
-                    name if name.__class__ is bytes and name.islower() else bytes(name).lower()
-                )
-                if lowered in _SINGLE:  # the app set some of ours: it knows better
-                    stale = scope is not None and refunded(scope)
-                    headers = _merged(headers, extra, lowered, stale)
-                    break
-            else:  # the usual case: the app set none of ours
+            try:  # the names, lower-cased and looked up in C: this runs on every response
+                sets_ours = not _SINGLE.isdisjoint(map(bytes.lower, map(_name, headers)))
+            except TypeError:  # a name that is not bytes (a bytearray, say)
+                sets_ours = any(bytes(name).lower() in _SINGLE for name, _ in headers)
+            if sets_ours:  # the app set some of ours: it knows better
+                headers = _merged(headers, extra, scope is not None and refunded(scope))
+            # The usual case: the app set none of ours. (Unless a door inside the app refused
+            # the request, a 413 in the "ietf" style sets none of them, and gave back what
+            # ours count.)
+            elif scope is None or message["status"] < 400 or not refunded(scope):
                 headers += extra
             # In place, as Starlette's own middleware do: the message is the app's, made for
             # this one send (its headers list is not: it may be a response's, so it is copied).
@@ -120,17 +123,13 @@ def adding_headers(
     return send_with_headers
 
 
-def _merged(headers: list[Any], extra: Sequence[RawHeader], first: bytes, stale: bool) -> list[Any]:
-    """The app's ``headers``, then ours that the app did not set (``first`` is one it set):
-    a field it set stays its own, and the X-RateLimit trio goes as a unit. ``stale``: ours
-    count what a later door gave back, and only that door's own headers go out."""
+def _merged(headers: list[Any], extra: Sequence[RawHeader], stale: bool) -> list[Any]:
+    """The app's ``headers``, then ours that the app did not set: a field it set stays its
+    own, and the X-RateLimit trio goes as a unit. ``stale``: ours count what a later door
+    gave back, and only that door's own headers go out."""
     if stale:
         return headers
-    set_by_app = {first}
-    for name, _ in headers:
-        lowered = name if name.__class__ is bytes and name.islower() else bytes(name).lower()
-        if lowered in _SINGLE:
-            set_by_app.add(lowered)
+    set_by_app = {lowered for name, _ in headers if (lowered := bytes(name).lower()) in _SINGLE}
     skip = (set_by_app | _TRIO) if set_by_app & _TRIO else set_by_app
     headers.extend(header for header in extra if header[0] not in skip)
     return headers

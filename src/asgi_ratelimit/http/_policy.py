@@ -51,6 +51,7 @@ _BLOCKED = Access("blocked")
 _BYPASS = Access("bypass")
 
 Checked = Decision | Access
+_Remembered = tuple[Identity | None, Route | None, list[Check], Sequence[Policy]]
 
 
 class RequestPolicy:
@@ -60,6 +61,10 @@ class RequestPolicy:
     validation: Validation
     #: the in-flight slots, once a rule has an in-flight limit
     slots: Slots | None = None
+    #: the last checks of `check`: ``(identity, route, checks, policies)``
+    _last: _Remembered = (None, None, [], ())
+    #: whether `check` remembers them: not while live overrides exist (they may change)
+    _remembers = True
 
     def __init__(
         self,
@@ -141,7 +146,14 @@ class RequestPolicy:
         # `_check_identified` without lists, inlined: every request.
         route = self.rules.route(scope)
         if route.static:
+            # A client's next request on the same route has the same checks: the last ones
+            # are remembered (a client hammering an endpoint, what a limiter is there for).
+            last = self._last
+            if last[0] is identity and last[1] is route and self._remembers:
+                return self.engine.decide(last[2], last[3], identity, consume)
             checks, policies = self.checks(scope, identity, route)
+            if route.by_identity and self._remembers:
+                self._last = (identity, route, checks, policies)  # whole: threads see one
             return self.engine.decide(checks, policies, identity, consume)
         return self._check_dynamic(scope, identity, route, consume)
 
@@ -357,6 +369,8 @@ class RequestPolicy:
 
     def _overrides_changed(self, present: bool) -> None:
         # While no identity has an override (most of the time), requests skip the lookup.
+        self._remembers = not present
+        self._last = RequestPolicy._last
         if present:
             self.checks = self._checks_overridden  # type: ignore[method-assign]
         else:

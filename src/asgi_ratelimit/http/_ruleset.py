@@ -66,6 +66,10 @@ class Route(NamedTuple):
     #: how important its requests are when load is shed: the highest of its rules'
     #: ``priority`` (``"default"``, 1, when none says)
     priority: float
+    #: static, and its checks depend on the identity alone (every key is ``"identity"``,
+    #: ``"path"`` or ``"global"``; no rule needs the country): one identity's checks on it
+    #: are the same on every request
+    by_identity: bool
 
 
 class RuleSet:
@@ -262,4 +266,13 @@ def _route(
     needs = any(rule.needs_country for rule in rules)
     countries = tuple([rule.countries for rule in rules]) if needs else None
     priority = max([rule.priority for rule in rules], default=PRIORITIES["default"])
-    return Route(method, path, rules, static, plans, countries, priority)
+    by_identity = (
+        static
+        and not needs
+        and all(entry[1] in _BY_IDENTITY for plan in plans.values() for entry in plan.limits)
+    )
+    return Route(method, path, rules, static, plans, countries, priority, by_identity)
+
+
+#: The keys whose stored key is the identity's or the same for everyone.
+_BY_IDENTITY = frozenset({"identity", "path", "global"})
