@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asgi_ratelimit import ClientIP, Identity
+from asgi_ratelimit import ClientIP, Decision, Identity, MemoryBackend, RateLimiter, Rule
 from asgi_ratelimit._errors import ConfigurationError
 from tests.conftest import settle
 
@@ -365,3 +365,32 @@ def test_a_peer_is_keyed_as_its_parsed_address(peer: str) -> None:
 async def test_malformed_scopes_do_not_raise(bad_scope: dict[str, Any]) -> None:
     found = await settle(behind(bad_scope))
     assert found.key in {"ip:unknown", "ip:10.0.0.1"}
+
+
+class ByTenant(ClientIP):
+    """A ClientIP of one's own: the tenant header's value is the key, else the address's."""
+
+    def __call__(self, scope: Any) -> Identity:
+        for name, value in scope.get("headers") or ():
+            if name == b"x-tenant":
+                return Identity(f"tenant:{value.decode()}", None, "ip")
+        return super().__call__(scope)
+
+
+class Looked(ClientIP):
+    """A ClientIP whose answer is awaited (an address looked up elsewhere)."""
+
+    async def __call__(self, scope: Any) -> Identity:  # type: ignore[override]
+        return Identity("ip:looked-up", None, "ip")
+
+
+@pytest.mark.parametrize("source", [ClientIP, ByTenant, Looked])
+async def test_the_limiter_asks_the_client_ip_of_your_own(source: type[ClientIP]) -> None:
+    limiter = RateLimiter(
+        backend=MemoryBackend(), rules=[Rule("/a", limits="5/minute")], identify=[source()]
+    )
+    tenant = scope(headers=[(b"x-tenant", b"acme")], path="/a", method="GET")
+    answer = await settle(limiter.check(tenant))
+    assert isinstance(answer, Decision) and answer.identity is not None
+    expected = {ClientIP: "ip:203.0.113.7", ByTenant: "tenant:acme", Looked: "ip:looked-up"}
+    assert answer.identity.key == expected[source]
