@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
-from operator import itemgetter
 from typing import Any
 
 from .._decision import Decision
@@ -44,7 +43,6 @@ OnLimited = Callable[[Scope, Decision], Any]
 # the X-RateLimit trio is one unit, Retry-After one field; the RateLimit lists concatenate.
 _TRIO = frozenset({b"x-ratelimit-limit", b"x-ratelimit-remaining", b"x-ratelimit-reset"})
 _SINGLE = _TRIO | {b"retry-after"}
-_name = itemgetter(0)
 
 
 def validate_on_limited(on_limited: object) -> OnLimited | None:
@@ -104,17 +102,19 @@ def adding_headers(
     def send_with_headers(message: Message) -> Awaitable[None]:
         if message["type"] == start:
             headers = [*(message.get("headers") or ())]  # any iterable: a generator too
-            try:  # the names, lower-cased and looked up in C: this runs on every response
-                sets_ours = not _SINGLE.isdisjoint(map(bytes.lower, map(_name, headers)))
-            except TypeError:  # a name that is not bytes (a bytearray, say)
-                sets_ours = any(bytes(name).lower() in _SINGLE for name, _ in headers)
-            if sets_ours:  # the app set some of ours: it knows better
-                headers = _merged(headers, extra, scope is not None and refunded(scope))
-            # The usual case: the app set none of ours. (Unless a door inside the app refused
-            # the request, a 413 in the "ietf" style sets none of them, and gave back what
-            # ours count.)
-            elif scope is None or message["status"] < 400 or not refunded(scope):
-                headers += extra
+            for name, _ in headers:
+                # ASGI names are lower-case bytes already (then no copy is made to compare).
+                lowered = (
+                    name if name.__class__ is bytes and name.islower() else bytes(name).lower()
+                )
+                if lowered in _SINGLE:  # the app set some of ours: it knows better
+                    headers = _merged(headers, extra, scope is not None and refunded(scope))
+                    break
+            else:  # the usual case: the app set none of ours
+                # Unless a door inside the app refused the request and gave back what ours
+                # count (its 413 in the "ietf" style sets none of them).
+                if scope is None or message["status"] < 400 or not refunded(scope):
+                    headers += extra
             # In place, as Starlette's own middleware do: the message is the app's, made for
             # this one send (its headers list is not: it may be a response's, so it is copied).
             message["headers"] = headers
