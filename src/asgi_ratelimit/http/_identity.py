@@ -57,11 +57,6 @@ class IdentityResolver:
         # The resolved address is kept in the scope, under a key of this limiter's own (two
         # limiters may trust different proxies).
         self._address_key = f"asgi_ratelimit.client_address.{id(self)}"
-        if not self.sources and type(self.ip).__call__ is ClientIP.__call__:
-            # The client IP alone (the usual set-up), by ClientIP's own __call__, which
-            # always answers an Identity at once and never raises: it is `identify`, with
-            # no frame around it to check what it cannot get wrong.
-            self.identify = self._ip_call  # type: ignore[method-assign]
 
     def identify(self, scope: Scope) -> Identity | Awaitable[Identity]:
         """The request's identity: the first source that yields one, else the client IP's."""
