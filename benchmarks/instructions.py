@@ -1,0 +1,102 @@
+"""Instructions and mispredicted branches per request of our middleware, under cachegrind.
+
+Wall time on a shared 2-CPU machine moves by a few percent from run to run; instruction counts
+do not (about +-0.1k). This is how the performance notes compare two trees:
+
+    benchmarks/.venv/bin/python -m benchmarks.instructions            # this tree
+    cd /tmp/wt-bar && PYTHONPATH=/tmp/wt-bar/src:/tmp/wt-bar \\
+        /work/main/benchmarks/.venv/bin/python -m benchmarks.instructions   # another tree
+
+Each path runs twice under ``valgrind --tool=cachegrind --branch-sim=yes``, with a short and
+a long batch after the same warm-up, GC off and ``PYTHONHASHSEED=0``; the difference over the
+difference in requests is the cost of one request, start-up excluded. The Redis paths start a
+``redis-server`` of their own and count the Python process only. Needs ``valgrind``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from .contenders import build_ours
+from .driver import client_ips, run_batch
+from .redis_server import RedisServer
+
+__all__ = ["main"]
+
+#: name -> (backend, scenario, clients, short batch, long batch)
+PATHS = {
+    "memory, many clients": ("memory", "one", 20_000, 2_000, 6_000),
+    "memory, one client": ("memory", "one", 1, 2_000, 6_000),
+    "redis, one limit": ("redis", "one", 20_000, 500, 1_500),
+    "redis, three limits": ("redis", "three", 20_000, 500, 1_500),
+}
+_WARM_UP = 200
+
+
+async def _drive(backend: str, scenario: str, clients: int, n: int, url: str | None) -> None:
+    if url:  # both batches start from an empty store
+        import redis.asyncio
+
+        async with redis.asyncio.Redis.from_url(url) as admin:
+            await admin.flushdb()
+    built = await build_ours(scenario, backend, url)
+    ips = client_ips(clients, start=1)
+    await run_batch(built, ips, 0, _WARM_UP)
+    gc.disable()
+    await run_batch(built, ips, _WARM_UP, n)
+    await built.aclose()
+
+
+def _counted(args: list[str], env: dict[str, str]) -> tuple[int, int]:
+    """Instructions and mispredicted branches of one child run."""
+    out = subprocess.run(
+        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--branch-sim=yes",
+         "--cachegrind-out-file=/dev/null", sys.executable, "-m", "benchmarks.instructions",
+         *args],
+        env=env, capture_output=True, text=True, check=True,
+    ).stderr  # fmt: skip
+    numbers = {
+        name: int(value.replace(",", ""))
+        for name, value in re.findall(r"(I\s+refs|Mispredicts):\s+([\d,]+)", out)
+    }
+    return numbers["I   refs"], numbers["Mispredicts"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=sorted(PATHS), action="append")
+    args = parser.parse_args()
+    if args.child:  # one batch, inside valgrind
+        backend, scenario, clients, n, url = args.child
+        asyncio.run(_drive(backend, scenario, int(clients), int(n), url or None))
+        return
+    if shutil.which("valgrind") is None:
+        sys.exit("benchmarks.instructions: valgrind is needed (apt-get install -y valgrind)")
+    names = args.only or list(PATHS)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    needs_redis = any(PATHS[name][0] == "redis" for name in names)
+    with RedisServer() if needs_redis else contextlib.nullcontext() as server:
+        for name in names:
+            backend, scenario, clients, short, long = PATHS[name]
+            url = server.url if backend == "redis" and server is not None else ""
+            runs = [
+                _counted(["--child", backend, scenario, str(clients), str(n), url], env)
+                for n in (short, long)
+            ]
+            requests = long - short
+            instructions = (runs[1][0] - runs[0][0]) / requests / 1000
+            mispredicts = (runs[1][1] - runs[0][1]) / requests
+            print(f"{name:22} {instructions:7.1f}k instructions {mispredicts:7,.0f} mispredicts")
+
+
+if __name__ == "__main__":
+    main()
