@@ -1,7 +1,8 @@
 """Instructions and mispredicted branches per request of our middleware, under cachegrind.
 
 Wall time on a shared 2-CPU machine moves by a few percent from run to run; instruction counts
-do not (about +-0.1k). This is how the performance notes compare two trees:
+do not (about +-0.1k in memory, +-1k against Redis, whose replies may take more or fewer reads
+of the socket). This is how the performance notes compare two trees:
 
     benchmarks/.venv/bin/python -m benchmarks.instructions            # this tree
     cd /tmp/wt-bar && PYTHONPATH=/tmp/wt-bar/src:/tmp/wt-bar \\
