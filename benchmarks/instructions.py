@@ -8,6 +8,8 @@ of the socket). This is how the performance notes compare two trees:
     cd /tmp/wt-bar && PYTHONPATH=/tmp/wt-bar/src:/tmp/wt-bar \\
         /work/main/benchmarks/.venv/bin/python -m benchmarks.instructions   # another tree
 
+(an older tree without this file gets a copy in its benchmarks/ first).
+
 Each path runs twice under ``valgrind --tool=cachegrind --branch-sim=yes``, with a short and
 a long batch after the same warm-up, GC off and ``PYTHONHASHSEED=0``; the difference over the
 difference in requests is the cost of one request, start-up excluded. The Redis paths start a
