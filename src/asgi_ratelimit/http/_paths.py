@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["MAX_PATH_LENGTH", "normalize_path", "route_paths"]
+__all__ = ["MAX_PATH_LENGTH", "normalize_path", "route_paths", "routed_path"]
 
 #: Paths longer than this are cut before normalization: no router serves them anyway, and the
 #: work per request stays bounded whatever a client sends.
@@ -94,6 +94,19 @@ def route_paths(scope: Mapping[str, Any]) -> tuple[str, ...]:
         if normalized not in paths:
             paths.append(normalized)
     return tuple(paths)
+
+
+def routed_path(path: str, root_path: str) -> str:
+    """``path`` as Starlette routes it, exactly: without ``root_path`` when under it.
+
+    routed_path("/api/rate_limit", "/api")     # "/rate_limit"
+    routed_path("/rate_limit", "/api")         # "/rate_limit" (hypercorn's, not under it)
+    """
+    if not root_path or not path.startswith(root_path):
+        return path
+    if path == root_path:
+        return ""
+    return path[len(root_path) :] if path[len(root_path)] == "/" else path
 
 
 def _without_root(path: str, root: str) -> str:
