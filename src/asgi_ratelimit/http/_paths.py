@@ -24,8 +24,8 @@ from urllib.parse import unquote
 
 __all__ = ["MAX_PATH_LENGTH", "normalize_path", "route_paths", "routed_path"]
 
-#: Paths longer than this are cut before normalization: no router serves them anyway, and the
-#: work per request stays bounded whatever a client sends.
+#: Paths longer than this are cut before they are decoded or normalized: no router serves them
+#: anyway, and the work per request stays bounded whatever a client sends.
 MAX_PATH_LENGTH = 8192
 
 # A path normalization would leave as it is: lower-case ASCII segments, none empty, none "."
@@ -63,19 +63,23 @@ def normalize_path(path: str) -> str:
 def route_paths(scope: Mapping[str, Any]) -> tuple[str, ...]:
     """Every normalized path the app might route ``scope`` on, the usual one first.
 
-    The decoded ``path`` without and with ``root_path``, and ``raw_path`` split on ``/``
-    with each segment decoded on its own (a decoded ``/`` inside a segment is kept as
-    ``%2f``, so ``/files/{name}`` still matches ``/files/a%2Fb``). Usually one path.
+    The decoded ``path`` without and with ``root_path``, and ``raw_path`` split on ``/`` with
+    each segment decoded on its own (a decoded ``/`` inside a segment is kept as ``%2f``, so
+    ``/files/{name}`` still matches ``/files/a%2Fb``). Both are cut to `MAX_PATH_LENGTH`
+    first. Usually one path.
     """
     path = scope.get("path")
-    if not isinstance(path, str):
-        path = None
+    path = path[:MAX_PATH_LENGTH] if isinstance(path, str) else None
     raw = scope.get("raw_path")
     raw_text = None
     if isinstance(raw, (bytes, bytearray)):
-        raw_text = _segment_decoded(bytes(raw).split(b"?", 1)[0].decode("latin-1"))
+        target = bytes(raw[:MAX_PATH_LENGTH]).decode("latin-1")
+        if len(raw) > MAX_PATH_LENGTH:
+            target = _without_cut_escape(target)
+        target = target.split("?", 1)[0]
+        raw_text = _segment_decoded(target)
         if path is None:
-            path = unquote(raw_text, errors="replace")
+            path = unquote(target, errors="replace")
     if path is None:
         path = "/"
     root = scope.get("root_path")
@@ -109,6 +113,13 @@ def routed_path(path: str, root_path: str) -> str:
     return path[len(root_path) :] if path[len(root_path)] == "/" else path
 
 
+def _without_cut_escape(raw: str) -> str:
+    """A cut ``raw_path`` without the ``%`` or ``%X`` the cut left at its end: half an escape
+    is not a character of the path."""
+    percent = raw.rfind("%", len(raw) - 2)
+    return raw[:percent] if percent >= 0 else raw
+
+
 def _without_root(path: str, root: str) -> str:
     if path == root:
         return "/"
@@ -118,9 +129,8 @@ def _without_root(path: str, root: str) -> str:
 
 
 def _segment_decoded(raw: str) -> str:
-    """``raw_path`` with each segment decoded alone: an encoded ``/`` stays ``%2f``."""
+    """``raw_path`` with each segment decoded alone: an encoded ``/`` stays ``%2F``."""
     if "%" not in raw:
         return raw
-    return "/".join(
-        unquote(segment, errors="replace").replace("/", "%2f") for segment in raw.split("/")
-    )
+    # One pass over the whole path, not one per segment: "%252F" decodes to the "%2F" kept.
+    return unquote(raw.replace("%2F", "%252F").replace("%2f", "%252f"), errors="replace")
