@@ -54,7 +54,15 @@ def test_very_long_paths_are_cut_not_rejected() -> None:
         ({"path": "/api/v1/items", "root_path": "/api"}, ("/v1/items", "/api/v1/items")),
         ({"path": "/v1/items", "root_path": "/api"}, ("/v1/items", "/api/v1/items")),
         ({"path": "/api", "root_path": "/api"}, ("/", "/api")),
-        ({"path": "/apix/items", "root_path": "/api"}, ("/apix/items", "/api/apix/items")),
+        # Litestar routes on what follows the first root_path anywhere: "x/items" here.
+        (
+            {"path": "/apix/items", "root_path": "/api"},
+            ("/apix/items", "/api/apix/items", "/x/items"),
+        ),
+        (
+            {"path": "/x/api/items", "root_path": "/api"},
+            ("/x/api/items", "/api/x/api/items", "/items"),
+        ),
         ({"path": "/items", "root_path": ""}, ("/items",)),
         # A trailing slash on root_path (granian passes its prefix as given) changes nothing.
         ({"path": "/api/v1/items", "root_path": "/api/"}, ("/v1/items", "/api/v1/items")),
@@ -67,6 +75,24 @@ def test_very_long_paths_are_cut_not_rejected() -> None:
         # %2F: the decoded path, and raw_path's segments decoded one by one (Sanic routes so).
         ({"path": "/files/a/b", "raw_path": b"/files/a%2Fb"}, ("/files/a/b", "/files/a%2fb")),
         ({}, ("/",)),
+        # Absolute form (hypercorn, uvicorn's h11): the path, as Quart routes it.
+        ({"path": "http://host/items/1", "raw_path": b"http://host/items/1"}, ("/items/1",)),
+        ({"path": "https://host/items/1"}, ("/items/1",)),
+        ({"path": "HTTP://HOST/Items/1/"}, ("/items/1",)),
+        ({"path": "http://host:8080/items/1"}, ("/items/1",)),
+        ({"path": "http://user:pw@host/items/1"}, ("/items/1",)),
+        ({"path": "http://[::1]:80/items/1"}, ("/items/1",)),
+        ({"path": "http://host/items/1?x=/admin"}, ("/items/1",)),
+        ({"path": "http://host/items/1#/admin"}, ("/items/1",)),
+        ({"path": "http://host"}, ("/",)),
+        ({"path": "http://host?/items/1"}, ("/",)),
+        ({"path": "x:/items/1"}, ("/items/1",)),  # any scheme urllib knows as one
+        ({"path": " /items/1"}, ("/items/1",)),  # urllib strips what precedes it
+        ({"raw_path": b"http://host/items/%31"}, ("/items/1",)),
+        # urllib refuses this authority (no router serves it): the target as it is.
+        ({"path": "http://[host/items/1"}, ("/http:/[host/items/1",)),
+        # Under a root path: hypercorn forwards the whole target, uvicorn prefixes root_path.
+        ({"path": "http://host/api/items/1", "root_path": "/api"}, ("/items/1", "/api/items/1")),
     ],
 )
 def test_route_paths(scope: dict[str, object], expected: tuple[str, ...]) -> None:
