@@ -9,8 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from asgi_ratelimit import Rule
 from asgi_ratelimit.http import _paths
 from asgi_ratelimit.http._paths import MAX_PATH_LENGTH, normalize_path, route_paths
+from asgi_ratelimit.http._ruleset import RuleSet
+from tests.path_spellings import SEGMENT, spelled
 
 
 @pytest.mark.parametrize(
@@ -159,3 +162,37 @@ def test_spellings_resolve_like_a_stack(parts: list[str]) -> None:
         else:
             stack.append(part.lower())
     assert normalize_path("/" + "/".join(parts)) == "/" + "/".join(stack)
+
+
+#: Routes the property below spells, each with its rule, under each root path.
+SPELLING_RULES = RuleSet(
+    [
+        Rule("/items/{id}", limits="3/minute"),
+        Rule("/auth/login", limits="5/minute"),
+        Rule("/files/{name}/raw", limits="2/minute"),
+        Rule("/api/{rest:path}", limits="9/minute"),  # matches everything under root /api
+    ],
+    default_limits="100/minute",
+    default_tier="free",
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.data(),
+    route=st.sampled_from(["/items/{}", "/auth/login", "/files/{}/raw", "/other/{}", "/"]),
+    value=SEGMENT.map(str.lower),
+    root=st.sampled_from(["", "/api", "/t/7"]),
+)
+def test_every_spelling_of_a_path_has_its_route_and_rules(
+    data: st.DataObject, route: str, value: str, root: str
+) -> None:
+    # Percent-encoding, absolute form, "//", ";params", "/./", "x/..", case, a trailing
+    # slash, under a root path: one counted path and the same rules as the plain spelling.
+    path = route.format(value)
+    plain = {"path": root + path, "raw_path": (root + path).encode(), "root_path": root}
+    expected = SPELLING_RULES.route({"type": "http", "method": "GET", **plain})
+    assert expected.path == path
+    scope = {"type": "http", "method": "GET", **data.draw(spelled(path, root))}
+    found = SPELLING_RULES.route(scope)
+    assert (found.path, found.rules) == (expected.path, expected.rules)
