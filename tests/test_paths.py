@@ -147,6 +147,32 @@ def test_normalized_paths_are_canonical(path: str) -> None:
     assert ";" not in normalized and "\\" not in normalized
 
 
+#: targets in absolute form, well-formed or not: a scheme, "://", anything
+ABSOLUTE = st.builds(
+    "{}{}{}".format,
+    st.sampled_from(["http", "HTTPS", "x", "1x", "", "h t"]),
+    st.sampled_from(["://", ":", ":/", "//"]),
+    st.text(max_size=200),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    path=st.one_of(st.text(max_size=300), ABSOLUTE),
+    raw=st.one_of(st.binary(max_size=300), ABSOLUTE.map(lambda t: t.encode("utf-8"))),
+    root=st.one_of(st.just(""), st.text(max_size=12)),
+)
+def test_route_paths_never_raise_and_answer_normalized_paths(
+    path: str, raw: bytes, root: str
+) -> None:
+    paths = route_paths({"path": path, "raw_path": raw, "root_path": root})
+    assert paths
+    assert len(set(paths)) == len(paths)
+    for spelling in paths:
+        assert normalize_path(spelling) == spelling  # each already in its one spelling
+        assert len(spelling) <= MAX_PATH_LENGTH
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(["auth", "login", ".", "..", "", "AUTH", "x;y=1"]), max_size=8))
 def test_spellings_resolve_like_a_stack(parts: list[str]) -> None:
