@@ -111,7 +111,7 @@ def routed_path(path: str, root_path: str) -> str:
     """``path`` as Starlette routes it, exactly: without ``root_path`` when under it.
 
     routed_path("/api/rate_limit", "/api")     # "/rate_limit"
-    routed_path("/rate_limit", "/api")         # "/rate_limit" (hypercorn's, not under it)
+    routed_path("/rate_limit", "/api")         # "/rate_limit": not under it
     """
     if not root_path or not path.startswith(root_path):
         return path

@@ -204,6 +204,7 @@ class RuleSet:
         return found
 
     def _exempt(self, scope: Mapping[str, Any]) -> bool:
+        """Whether ``scope`` is routed on an exempt path, spelled exactly so."""
         path, root = scope.get("path"), scope.get("root_path") or ""
         return (
             isinstance(path, str)

@@ -54,10 +54,12 @@ def _included(scope: Mapping[str, Any], route: object) -> str | None:
 
 def _mounts(scope: Mapping[str, Any]) -> str:
     """The templates of the mounts the request went through, joined ("" when none)."""
-    root, start = scope.get("root_path"), scope.get("app_root_path")
+    path, root, start = scope.get("path"), scope.get("root_path"), scope.get("app_root_path")
     if not isinstance(root, str) or not isinstance(start, str) or root == start:
         return ""
-    probe = {"type": scope.get("type"), "path": scope.get("path"), "root_path": start}
+    if not isinstance(path, str):
+        return ""
+    probe = {"type": scope.get("type"), "path": path, "root_path": start}
     routes: Iterable[Any] = getattr(scope.get("router"), "routes", ())
     prefix = ""
     for _ in range(_MAX_DEPTH):

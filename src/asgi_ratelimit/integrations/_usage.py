@@ -1,7 +1,7 @@
 """`UsageEndpoint`: GitHub's ``/rate_limit`` for your API: the caller's quotas, uncounted.
 
     app.add_route("/rate_limit", limiter.usage_endpoint())        # Starlette, FastAPI
-    Route("/v1/rate_limit", limiter.usage_endpoint("/v1/rate_limit"))   # the path it is at
+    Mount("/v1", routes=[Route("/rate_limit", limiter.usage_endpoint("/v1/rate_limit"))])
 
 It answers the caller's state of every rule (but those counting per path, ``key="path"``)
 and of every named route limit (``limiter.limit(..., name=...)``), in one backend call that
