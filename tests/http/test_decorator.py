@@ -10,7 +10,7 @@ from starlette.applications import Starlette
 from starlette.endpoints import HTTPEndpoint
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from asgi_ratelimit import ConfigurationError, Limit, MemoryBackend, RateLimiter
 from asgi_ratelimit.integrations._starlette import limit_endpoint
@@ -162,3 +162,64 @@ def test_only_async_endpoints(limiter: RateLimiter) -> None:
 def test_bad_limits_fail_at_decoration(limiter: RateLimiter) -> None:
     with pytest.raises(ConfigurationError, match="unknown period 'fortnight'"):
         limiter.limit_endpoint("5/fortnight")
+
+
+def _items(limiter: RateLimiter) -> list[Route]:
+    @limiter.limit_endpoint(fixed("2/minute"))
+    async def item(request: Request) -> Response:
+        return PlainTextResponse(f"item {request.path_params['item_id']}")
+
+    return [Route("/items/{item_id}", item)]
+
+
+@pytest.mark.parametrize(
+    ("routes", "paths", "template", "root_path"),
+    [
+        pytest.param(
+            lambda items: [Mount("/tenants/{tid}", routes=items)],
+            [f"/tenants/{n}/items/{n}" for n in range(5)],
+            "/tenants/{tid}/items/{item_id}",
+            "",
+            id="mount",
+        ),
+        pytest.param(
+            lambda items: [
+                Mount("/tenants/{tid:int}", routes=[Mount("/teams/{team}", routes=items)])
+            ],
+            [f"/tenants/{n}/teams/t{n}/items/{n}" for n in range(5)],
+            "/tenants/{tid}/teams/{team}/items/{item_id}",
+            "",
+            id="nested-mounts",
+        ),
+        pytest.param(
+            lambda items: [Mount("/tenants/{tid}", routes=items)],
+            [f"/api/tenants/{n}/items/{n}" for n in range(5)],
+            "/tenants/{tid}/items/{item_id}",  # the server's root path is not the route's
+            "/api",
+            id="mount-under-root-path",
+        ),
+    ],
+)
+async def test_a_route_under_mounts_with_parameters_has_one_budget(
+    limiter: RateLimiter, routes: Any, paths: list[str], template: str, root_path: str
+) -> None:
+    app = Starlette(routes=routes(_items(limiter)))
+    transport = httpx.ASGITransport(app=app, client=(PEER, 50000), root_path=root_path)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+        responses = [await http.get(path) for path in paths]
+    assert [r.status_code for r in responses] == [200, 200, 429, 429, 429]
+    assert responses[0].text == "item 0"
+    for response in responses:
+        assert response.headers["ratelimit-policy"] == f'"{template}";q=2;w=60'
+    assert responses[-1].json()["violated-policies"] == [template]
+
+
+async def test_the_same_routes_under_two_mounts_have_two_budgets(limiter: RateLimiter) -> None:
+    items = _items(limiter)
+    app = Starlette(routes=[Mount("/tenants/{tid}", routes=items), Mount("/groups", routes=items)])
+    async with client(app) as http:
+        tenants = [(await http.get(f"/tenants/{n}/items/1")).status_code for n in range(3)]
+        groups = [await http.get(f"/groups/items/{n}") for n in range(3)]
+    assert tenants == [200, 200, 429]
+    assert [r.status_code for r in groups] == [200, 200, 429]
+    assert groups[0].headers["ratelimit-policy"] == '"/groups/items/{item_id}";q=2;w=60'

@@ -445,6 +445,102 @@ async def test_routes_of_an_included_router_are_named_with_their_prefix(
         assert (await http.get("/api/items/2")).status_code == 429
 
 
+def _tenant_route(limiter: RateLimiter, door: str) -> APIRouter:
+    """A router with ``GET /items/{item_id}`` limited to 2/minute by ``door``."""
+    router = APIRouter()
+    if door == "depends":
+
+        @router.get("/items/{item_id}", dependencies=[Depends(limiter.limit(fixed("2/minute")))])
+        async def item(item_id: int) -> dict[str, int]:
+            return {"id": item_id}
+
+    else:
+
+        @router.get("/items/{item_id}")
+        @limiter.limit_endpoint(fixed("2/minute"))
+        async def decorated(item_id: int) -> dict[str, int]:
+            return {"id": item_id}
+
+    return router
+
+
+def _included(router: APIRouter) -> FastAPI:
+    app = FastAPI()
+    app.include_router(router, prefix="/tenants/{tid}")
+    return app
+
+
+def _nested(router: APIRouter) -> FastAPI:
+    teams = APIRouter(prefix="/teams/{team}")
+    teams.include_router(router)
+    orgs = APIRouter(prefix="/orgs/{org}")
+    orgs.include_router(teams, prefix="/v/{version}")
+    app = FastAPI()
+    app.include_router(orgs, prefix="/tenants/{tid}")
+    return app
+
+
+def _mounted(router: APIRouter) -> FastAPI:
+    sub = FastAPI()
+    sub.include_router(router, prefix="/teams/{team}")
+    app = FastAPI()
+    app.mount("/tenants/{tid}", sub)
+    return app
+
+
+@pytest.mark.parametrize("door", ["depends", "decorator"])
+@pytest.mark.parametrize(
+    ("shape", "paths", "template"),
+    [
+        pytest.param(
+            _included,
+            [f"/tenants/{n}/items/{n % 2}" for n in range(5)],
+            "/tenants/{tid}/items/{item_id}",
+            id="include_router-prefix",
+        ),
+        pytest.param(
+            _nested,
+            [f"/tenants/{n}/orgs/o{n}/v/{n}/teams/t{n}/items/{n}" for n in range(5)],
+            "/tenants/{tid}/orgs/{org}/v/{version}/teams/{team}/items/{item_id}",
+            id="nested-routers",
+        ),
+        pytest.param(
+            _mounted,
+            [f"/tenants/{n}/teams/{n + 1}/items/1" for n in range(5)],
+            "/tenants/{tid}/teams/{team}/items/{item_id}",
+            id="mounted-sub-app",
+        ),
+    ],
+)
+async def test_a_route_under_prefixes_with_parameters_has_one_budget(
+    limiter: RateLimiter, door: str, shape: Any, paths: list[str], template: str
+) -> None:
+    # Regression: one budget per tenant value (10 of 10 admitted), and the policy named
+    # "/tenants/99/items/{item_id}". The budget is the route's whole template.
+    app = shape(_tenant_route(limiter, door))
+    async with client(app) as http:
+        responses = [await http.get(path) for path in paths]
+    assert [r.status_code for r in responses] == [200, 200, 429, 429, 429]
+    for response in responses:
+        assert response.headers["ratelimit-policy"] == f'"{template}";q=2;w=60'
+    assert responses[-1].json()["violated-policies"] == [template]
+
+
+async def test_one_router_included_under_two_prefixes_has_two_budgets(
+    limiter: RateLimiter,
+) -> None:
+    router = _tenant_route(limiter, "depends")
+    app = FastAPI()
+    app.include_router(router, prefix="/tenants/{tid}")
+    app.include_router(router, prefix="/groups/{gid}")
+    async with client(app) as http:
+        tenants = [(await http.get(f"/tenants/{n}/items/1")).status_code for n in range(3)]
+        groups = [await http.get(f"/groups/{n}/items/1") for n in range(3)]
+    assert tenants == [200, 200, 429]
+    assert [r.status_code for r in groups] == [200, 200, 429]
+    assert groups[0].headers["ratelimit-policy"] == '"/groups/{gid}/items/{item_id}";q=2;w=60'
+
+
 @pytest.mark.parametrize("own_handler", [None, "async", "sync"])
 async def test_an_httpexception_answer_carries_the_route_limits_headers(
     clock: FakeClock, own_handler: str | None

@@ -1,15 +1,17 @@
-"""Every spelling of ``/auth/login`` is counted by the login rule, through a real app."""
+"""Every spelling of a routed path is counted in one budget, through a real app."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import pytest
+from fastapi import APIRouter, Depends, FastAPI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asgi_ratelimit import Limit, RateLimiter, Rule
 from tests.conftest import FakeClock
+from tests.path_spellings import SEGMENT, spelled
 
 from .conftest import client, make_app, raw_path_server
 
@@ -112,3 +114,56 @@ async def test_huge_and_nul_paths(limiter_for: Callable[..., RateLimiter]) -> No
             response = await http.get("/", headers={"x-raw-path": path})
             assert response.status_code == 404
             assert response.headers["ratelimit-policy"] == '"default";q=1000;w=60'
+
+
+ITEMS = Rule("/items/{id}", limits=Limit("3/minute", algorithm="fixed_window"), key="ip")
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data(), root=st.sampled_from(["", "/api"]), count=st.integers(4, 7))
+async def test_requests_in_mixed_spellings_admit_exactly_the_limit(
+    data: st.DataObject, root: str, count: int, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    # Any id, any spelling (percent-encoding, absolute form, "//", ";params", dot segments,
+    # case, trailing slash), under a root path or not: one budget of three.
+    app = raw_path_server(make_app(limiter_for(rules=[ITEMS])))
+    async with client(app) as http:
+        statuses = []
+        for _ in range(count):
+            scope = data.draw(spelled(f"/items/{data.draw(SEGMENT)}", root))
+            headers = {"x-raw-path": scope["raw_path"].decode(), "x-root-path": root}
+            statuses.append((await http.get("/", headers=headers)).status_code)
+    assert [status == 429 for status in statuses] == [False] * 3 + [True] * (count - 3)
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    values=st.lists(st.tuples(SEGMENT, st.integers(0, 10**6)), min_size=3, max_size=6),
+    encode=st.booleans(),
+)
+async def test_a_route_limit_under_a_prefix_with_a_parameter_admits_exactly_its_limit(
+    values: list[tuple[str, int]], encode: bool, limiter_for: Callable[..., RateLimiter]
+) -> None:
+    limiter = limiter_for(default_limits=None)
+    router = APIRouter()
+
+    @router.get("/items/{item_id}", dependencies=[Depends(limiter.limit("2/minute"))])
+    async def item(item_id: int) -> dict[str, int]:
+        return {"id": item_id}
+
+    app = FastAPI()
+    app.include_router(router, prefix="/tenants/{tid}")
+    async with client(raw_path_server(app)) as http:
+        responses = []
+        for tenant, number in values:
+            if encode:  # the server decodes it once: the same route, the same tenant
+                tenant = "".join(f"%{ord(c):02X}" for c in tenant)
+            target = f"/tenants/{tenant}/items/{number}"
+            responses.append(await http.get("/", headers={"x-raw-path": target}))
+    assert [r.status_code for r in responses] == [200, 200] + [429] * (len(values) - 2)
+    policy = '"/tenants/{tid}/items/{item_id}";q=2;w=60'
+    assert {r.headers["ratelimit-policy"] for r in responses} == {policy}

@@ -6,12 +6,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from asgi_ratelimit import (
     APIKey,
@@ -26,7 +27,7 @@ from asgi_ratelimit import (
 from asgi_ratelimit.backends import Backend
 from tests.conftest import FakeClock
 
-from .conftest import client
+from .conftest import PEER, client
 
 ALIGNED = 1_800_000_000.0
 
@@ -142,3 +143,66 @@ async def test_it_answers_nothing_but_http() -> None:
 
     await endpoint({"type": "websocket", "path": "/rate_limit"}, None, send)  # type: ignore[arg-type]
     assert sent == []
+
+
+def catch_all_app(usage_path: str = "/rate_limit", mount: str = "") -> Starlette:
+    """The usage endpoint beside a catch-all route, under the default limits of 3/minute."""
+    limiter = RateLimiter(
+        backend=MemoryBackend(clock=FakeClock(ALIGNED)), default_limits=fixed("3/minute")
+    )
+    usage = Route(usage_path.removeprefix(mount), limiter.usage_endpoint(usage_path))
+    routes: list[Any] = [Mount(mount, routes=[usage])] if mount else [usage]
+    return Starlette(
+        routes=[*routes, Route("/{anything:path}", ok)],
+        middleware=[Middleware(RateLimitMiddleware, limiter=limiter)],
+    )
+
+
+def counted(response: Any) -> bool:
+    return "ratelimit-policy" in response.headers
+
+
+@pytest.mark.parametrize("spelling", ["/RATE_LIMIT", "/rate_limit/", "/Rate_Limit;x"])
+async def test_only_the_endpoints_own_path_is_exempt(spelling: str) -> None:
+    # Regression: these reached the catch-all uncounted (exempt by their normalized path).
+    async with client(catch_all_app()) as http:
+        for _ in range(5):
+            own = await http.get("/rate_limit")
+            assert own.status_code == 200
+            assert not counted(own)
+            assert "resources" in own.json()
+        others = [await http.get(spelling) for _ in range(4)]
+    assert [r.text for r in others[:3]] == ["ok"] * 3  # the catch-all served them
+    assert [r.status_code for r in others] == [200, 200, 200, 429]
+    assert [r.headers["x-ratelimit-remaining"] for r in others] == ["2", "1", "0", "0"]
+
+
+@pytest.mark.parametrize(
+    ("root_path", "path"),
+    [("/api", "/api/rate_limit"), ("/api", "/rate_limit")],
+)
+async def test_the_exemption_is_of_the_path_without_the_root_path(
+    root_path: str, path: str
+) -> None:
+    # uvicorn --root-path prefixes the path; hypercorn and granian leave it as sent. The path
+    # Starlette routes is the one without the root path: the endpoint's, exempt.
+    transport = httpx.ASGITransport(app=catch_all_app(), client=(PEER, 1), root_path=root_path)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+        answers = [await http.get(path) for _ in range(5)]
+        spelled = [await http.get(path.upper()) for _ in range(4)]
+    assert [(r.status_code, counted(r)) for r in answers] == [(200, False)] * 5
+    assert all("resources" in r.json() for r in answers)
+    assert [r.status_code for r in spelled] == [200, 200, 200, 429]
+
+
+async def test_under_a_mount_the_exempt_path_is_the_whole_routed_path(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = catch_all_app("/v1/rate_limit", mount="/v1")
+    with caplog.at_level(logging.WARNING, logger="asgi_ratelimit"):
+        async with client(app) as http:
+            answers = [await http.get("/v1/rate_limit") for _ in range(5)]
+            others = [(await http.get("/V1/rate_limit")).status_code for _ in range(4)]
+    assert [(r.status_code, counted(r)) for r in answers] == [(200, False)] * 5
+    assert others == [200, 200, 200, 429]
+    assert caplog.records == []

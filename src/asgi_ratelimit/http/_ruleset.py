@@ -21,7 +21,7 @@ from .._rates import Limit, LimitsLike
 from .._shedding import PRIORITIES
 from ..backends._protocol import Block
 from ._own_keys import KeyFunction
-from ._paths import normalize_path, route_paths
+from ._paths import normalize_path, route_paths, routed_path
 from ._rules import Rule, TieredLimits
 
 __all__ = ["Plan", "PlanEntry", "Route", "RuleSet"]
@@ -97,7 +97,7 @@ class RuleSet:
             )
         self.default_tier = default_tier
         self._routes: dict[tuple[Any, ...], Route] = {}
-        #: normalized paths no rule applies to (the usage endpoint's)
+        #: paths no rule applies to (the usage endpoint's), exactly as the router matches them
         self.exempt: frozenset[str] = frozenset()
         parsed: list[Rule] = []
         for rule in [rules] if isinstance(rules, Rule) else rules:
@@ -146,8 +146,10 @@ class RuleSet:
         return self.rules + default
 
     def exempt_path(self, path: str) -> None:
-        """Let no rule (nor the default limits) apply to requests on ``path``."""
-        self.exempt = self.exempt | {normalize_path(path)}
+        """Let no rule (nor the default limits) apply to requests routed on exactly ``path``
+        (the request's path without ``root_path``, as Starlette routes it). Every other
+        spelling (``/RATE_LIMIT``, ``/rate_limit/``) is counted: a catch-all route serves it."""
+        self.exempt = self.exempt | {path}
         self._routes = {}  # routes found before may have matched it
 
     def usage_route(self) -> Route:
@@ -183,7 +185,7 @@ class RuleSet:
             method = str(method).upper()
         # A websocket handshake is a GET; HEAD shares GET's budget (Rule.matches).
         paths = route_paths(scope)
-        rules = self._match(method, paths)
+        rules = () if self.exempt and self._exempt(scope) else self._match(method, paths)
         static = all(
             rule.static_cost is not None
             and not callable(rule.key)
@@ -200,6 +202,15 @@ class RuleSet:
                 self._routes.clear()
             self._routes[key] = found
         return found
+
+    def _exempt(self, scope: Mapping[str, Any]) -> bool:
+        """Whether ``scope`` is routed on an exempt path, spelled exactly so."""
+        path, root = scope.get("path"), scope.get("root_path") or ""
+        return (
+            isinstance(path, str)
+            and isinstance(root, str)
+            and routed_path(path, root) in self.exempt
+        )
 
     def _plans(self, rules: tuple[Rule, ...], path: str) -> dict[str | None, Plan]:
         """The `Plan` of every tier the route's rules name, and of None (any other tier):
@@ -226,8 +237,6 @@ class RuleSet:
 
     def _match(self, method: str, paths: tuple[str, ...]) -> tuple[Rule, ...]:
         # A rule applies when it matches any path the app might route on.
-        if self.exempt and not self.exempt.isdisjoint(paths):
-            return ()
         matched: list[Rule] = []
         for rule in self.rules:
             if any(rule.matches(method, path) for path in paths):
@@ -242,6 +251,8 @@ class RuleSet:
         """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``. A rule
         that limits no request there (websocket ``messages=`` alone, or no limits in any tier)
         is left out: it never answers 429."""
+        if path in self.exempt:
+            return []
         described = []
         for rule in self.match(method.upper(), normalize_path(path)):
             tiers = [

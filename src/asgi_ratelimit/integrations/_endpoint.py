@@ -15,7 +15,7 @@ a refused request costs nothing anywhere.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -47,6 +47,7 @@ from ..http._own_keys import KeyFunction, own_key
 from ..http._policy import Access
 from ..http._responses import PROBLEM_JSON, Denial, Responses, forbidden
 from ..http._rules import validate_cost
+from ._route_template import route_template
 
 if TYPE_CHECKING:
     from .._limiter import RateLimiter
@@ -446,37 +447,12 @@ class _AppResponse(Response):
 def _route_of(request: Request) -> tuple[str, str]:
     """(budget id, display name) of the route that matched: methods + full path template."""
     scope = request.scope
-    route = scope.get("route")
-    template = getattr(route, "path_format", None)
-    if not isinstance(template, str):
+    template = route_template(scope)
+    if template is None:
         # No router told us the route: the endpoint function names the budget. Never the
         # concrete path, which would give every ``/items/{id}`` its own budget.
         endpoint = scope.get("endpoint")
         name = getattr(endpoint, "__qualname__", None) or "endpoint"
         return f"* {getattr(endpoint, '__module__', '')}.{name}", name
-    template = _include_prefix(route, _routed_path(scope)) + template
-    methods = getattr(route, "methods", None) or ()
+    methods = getattr(scope.get("route"), "methods", None) or ()
     return f"{','.join(sorted(methods))} {template}", template
-
-
-def _routed_path(scope: Mapping[str, Any]) -> str:
-    # What Starlette routes on: the path without the root path.
-    path, root = scope.get("path") or "/", scope.get("root_path") or ""
-    return path[len(root) :] or "/" if root and path.startswith(root) else path
-
-
-def _include_prefix(route: object, path: str) -> str:
-    """The ``include_router(prefix=...)`` part of ``path`` that ``route`` does not show.
-
-    Some FastAPI versions hand the router's *original* route to the endpoint, whose template
-    lacks the include prefix (``/items/{id}`` served at ``/api/items/3``). The prefix is the
-    leading segments the route's pattern does not cover.
-    """
-    regex = getattr(route, "path_regex", None)
-    if regex is None or regex.match(path):
-        return ""
-    segments = path.split("/")
-    for cut in range(2, len(segments)):
-        if regex.match("/" + "/".join(segments[cut:])):
-            return "/".join(segments[:cut])
-    return ""

@@ -1,7 +1,7 @@
 """`UsageEndpoint`: GitHub's ``/rate_limit`` for your API: the caller's quotas, uncounted.
 
     app.add_route("/rate_limit", limiter.usage_endpoint())        # Starlette, FastAPI
-    app = Mount("/rate_limit", app=limiter.usage_endpoint())       # or any ASGI router
+    Mount("/v1", routes=[Route("/rate_limit", limiter.usage_endpoint("/v1/rate_limit"))])
 
 It answers the caller's state of every rule (but those counting per path, ``key="path"``)
 and of every named route limit (``limiter.limit(..., name=...)``), in one backend call that
@@ -12,7 +12,9 @@ consumes nothing:
 
 ``reset`` is the seconds until that quota is full again (0 when full), as in
 ``X-RateLimit-Reset``. The limiter lets no rule apply to the endpoint's path, so asking is
-never counted nor refused.
+never counted nor refused: to that path exactly, as the router matches it (without
+``root_path``). Any other spelling (``/RATE_LIMIT``, ``/rate_limit/``, ``/rate_limit;x``) is
+counted as any request: the endpoint does not serve it, and a catch-all route may.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from .._decision import Decision, PolicyStatus
 from .._errors import ConfigurationError
 from .._identity import Identity
 from .._log_once import logger
-from ..http._paths import normalize_path
+from ..http._paths import routed_path
 from ..http._responses import send_response
 
 if TYPE_CHECKING:
@@ -42,7 +44,8 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 class UsageEndpoint:
     """An ASGI endpoint answering the caller's quotas as JSON; see the module's docstring.
 
-    ``path`` is where you serve it: the limiter exempts that path from every rule.
+    ``path`` is where you serve it, as the router matches it (under a ``Mount``, with the
+    mount's path): the limiter exempts exactly that path from every rule.
     """
 
     def __init__(self, limiter: RateLimiter, path: str = "/rate_limit") -> None:
@@ -51,7 +54,7 @@ class UsageEndpoint:
                 f"usage_endpoint(path={path!r}): give the path you serve it at, e.g. '/rate_limit'"
             )
         self.limiter = limiter
-        self.path = normalize_path(path)
+        self.path = path
         limiter.policy.rules.exempt_path(path)
         self._warned = False
 
@@ -90,9 +93,10 @@ class UsageEndpoint:
         await send_response(send, 200, headers, body)
 
     def _check_path(self, scope: Scope) -> None:
-        path, root = scope.get("path") or "/", scope.get("root_path") or ""
-        routed = path[len(root) :] or "/" if root and path.startswith(root) else path
-        if self._warned or normalize_path(routed) == self.path:
+        # The path as the middleware saw it, before any Mount added to root_path.
+        root = scope.get("app_root_path", scope.get("root_path")) or ""
+        routed = routed_path(scope.get("path") or "/", root)
+        if self._warned or routed == self.path:
             return
         self._warned = True
         logger.warning(
