@@ -97,8 +97,7 @@ def limiter_on(
         if storage.startswith("memory://"):
             raise ConfigurationError(
                 f"--storage {masked_url(storage)}: a memory backend lives inside the app's "
-                "process; give "
-                "the app's Redis URL"
+                "process; give the app's Redis URL"
             )
         from ..backends.redis import RedisBackend
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,8 +27,6 @@ __all__ = ["PREFIX", "RateLimitSettings"]
 PREFIX = "RATELIMIT_"
 _SCHEMES = ("memory://", "redis://", "rediss://", "unix://", "redis+cluster://",
             "rediss+cluster://", "redis+sentinel://", "rediss+sentinel://")  # fmt: skip
-#: Settings whose values never appear in an error message.
-_SECRET = frozenset({"key_secret"})
 
 
 class RateLimitSettings(BaseSettings):
@@ -68,7 +67,7 @@ class RateLimitSettings(BaseSettings):
         except ValidationError as exc:
             raise ConfigurationError(_explained(exc)) from None
 
-    def __repr_args__(self) -> Any:
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for name, value in super().__repr_args__():
             yield name, masked_url(value) if name == "storage_url" else value
 
@@ -149,7 +148,7 @@ def _explained(exc: ValidationError) -> str:
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else "?"
         message = error["msg"].removeprefix("Value error, ")
-        if field in _SECRET:
+        if field == "key_secret":  # never shown, not even in part
             lines.append(f"{PREFIX}{field.upper()}: {message}")
             continue
         value = error.get("input")
