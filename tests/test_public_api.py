@@ -42,6 +42,8 @@ LAYERS = [
     (
         "asgi_ratelimit._errors",
         "asgi_ratelimit._clock",
+        "asgi_ratelimit._key_secret",
+        "asgi_ratelimit._masked_url",
         "asgi_ratelimit._log_once",
         "asgi_ratelimit._named",
         "asgi_ratelimit._load",

@@ -6,13 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from asgi_ratelimit import ClientIP, ConfigurationError, MemoryBackend, RateLimiter
+from asgi_ratelimit._key_secret import identity_tag
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.settings import RateLimitSettings
 
 VARIABLES = ("ENABLED", "MODE", "STORAGE_URL", "DEFAULT_LIMITS", "HEADERS", "TRUSTED_PROXIES",
-             "ON_BACKEND_ERROR", "RULES_FILE", "RELOAD_RULES_EVERY")  # fmt: skip
+             "ON_BACKEND_ERROR", "RULES_FILE", "RELOAD_RULES_EVERY", "KEY_SECRET")  # fmt: skip
+PASSWORD = "s3cr3t-Pa55"
+SECRET = "Wq8rT1v0YxP3kLmN7bZc2dFgHj5sA9uE"
 
 
 @pytest.fixture(autouse=True)
@@ -78,6 +84,14 @@ def test_overrides_win_over_the_settings() -> None:
         ("ON_BACKEND_ERROR", "retry", "RATELIMIT_ON_BACKEND_ERROR='retry': Input should be"),
         ("ENABLED", "maybe", "RATELIMIT_ENABLED='maybe': Input should be a valid boolean"),
         ("RELOAD_RULES_EVERY", "-1", "RATELIMIT_RELOAD_RULES_EVERY='-1': give the seconds"),
+        ("STORAGE_URL", f"REDIS+FOO://:{PASSWORD}@cache",
+         "RATELIMIT_STORAGE_URL='REDIS+FOO://:***@cache': use one of memory://"),
+        ("STORAGE_URL", f"redis://:{PASSWORD}@[::1/0",
+         "RedisBackend.from_url('redis://:***@[::1/0'): Invalid IPv6 URL"),
+        ("STORAGE_URL", f"redis://:{PASSWORD[:4]}/{PASSWORD[4:]}@cache/0",
+         "RedisBackend.from_url('redis://:***@cache/0'): '@' after the host"),
+        ("KEY_SECRET", PASSWORD, "RATELIMIT_KEY_SECRET: it is 11 bytes, too short to keep"),
+        ("KEY_SECRET", "", "RATELIMIT_KEY_SECRET: it is 0 bytes, too short"),
     ],
 )  # fmt: skip
 def test_a_bad_value_names_the_variable_and_the_fix(
@@ -87,6 +101,7 @@ def test_a_bad_value_names_the_variable_and_the_fix(
     with pytest.raises(ConfigurationError) as caught:
         RateLimiter.from_settings()
     assert str(caught.value).startswith(message), str(caught.value)
+    assert PASSWORD not in str(caught.value) and PASSWORD[4:] not in str(caught.value)
 
 
 def test_a_broken_rules_file_fails_at_start_up(
@@ -109,3 +124,71 @@ async def test_a_redis_url_makes_a_working_redis_limiter(
         key = f"settings-test:{id(limiter)}"
         decisions = [await limiter.hit(key, "2/minute") for _ in range(3)]
     assert [d.allowed for d in decisions] == [True, True, False]
+
+
+def test_the_password_and_the_secret_are_in_no_repr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RATELIMIT_STORAGE_URL", f"REDIS://app:{PASSWORD}@cache:6379/0")
+    monkeypatch.setenv("RATELIMIT_KEY_SECRET", SECRET)
+    loaded = RateLimitSettings.load()
+    assert loaded.storage_url == f"REDIS://app:{PASSWORD}@cache:6379/0"  # any scheme case
+    for text in (repr(loaded), str(loaded)):
+        assert "storage_url='REDIS://app:***@cache:6379/0'" in text
+        assert "key_secret=SecretStr('**********')" in text
+        assert PASSWORD not in text and SECRET not in text
+    limiter = RateLimiter.from_settings(loaded)
+    assert isinstance(limiter.backend, RedisBackend)
+    assert PASSWORD not in repr(limiter) and SECRET not in repr(limiter)
+
+
+def test_pydantic_errors_do_not_quote_the_values_either() -> None:
+    with pytest.raises(ValidationError) as caught:
+        RateLimitSettings(storage_url=f"mysql://:{PASSWORD}@db", key_secret="tiny-secret")
+    assert "RATELIMIT" not in str(caught.value)  # pydantic's own message...
+    assert PASSWORD not in str(caught.value) and "tiny-secret" not in str(caught.value)
+    with pytest.raises(ConfigurationError) as explained:
+        RateLimitSettings.load(storage_url=f"mysql://:{PASSWORD}@db", key_secret="tiny-secret")
+    assert str(explained.value) == (
+        "RATELIMIT_STORAGE_URL='mysql://:***@db': use one of memory://, redis://, rediss://, "
+        "unix://, redis+cluster://, rediss+cluster://, redis+sentinel://, rediss+sentinel:// "
+        "(e.g. redis://localhost:6379/0); RATELIMIT_KEY_SECRET: it is 11 bytes, too short to "
+        'keep identities secret (at least 16); make one with: python -c "import secrets; '
+        'print(secrets.token_urlsafe(32))"'
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["memory", "redis", "REDIS", "rediss", "unix", "redis+cluster", "mysql", ""]),
+    st.text(max_size=12),
+    st.text("ab1:/?#@[]%=&", max_size=12),
+    st.one_of(st.none(), st.text(max_size=40)),
+)
+def test_any_storage_url_or_secret_is_a_limiter_or_a_configuration_error(
+    scheme: str, password: str, rest: str, secret: str | None
+) -> None:
+    url = f"{scheme}://:§{password}@{rest}"  # "§", "¤": found nowhere else by chance
+    secret = None if secret is None else f"¤{secret}"
+    try:
+        limiter = RateLimiter.from_settings(RateLimitSettings.load(storage_url=url,
+                                                                   key_secret=secret))  # fmt: skip
+    except ConfigurationError as exc:
+        shown = str(exc)
+    else:
+        shown = repr(limiter)
+    assert "§" not in shown and "¤" not in shown
+
+
+@pytest.mark.redis
+async def test_the_key_secret_variable_keys_the_identities(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    monkeypatch.setenv("RATELIMIT_STORAGE_URL", redis_url.replace("redis://", "REDIS://"))
+    monkeypatch.setenv("RATELIMIT_KEY_SECRET", SECRET)
+    worker = RateLimiter.from_settings()
+    other = RateLimiter(backend=RedisBackend.from_url(redis_url), key_secret=SECRET)
+    assert isinstance(worker.backend, RedisBackend)
+    key = f"settings-secret:{id(worker)}"
+    assert worker.backend.tag(key) != identity_tag(key)
+    async with worker.backend, other.backend:
+        decisions = [await (worker, other)[i % 2].hit(key, "3/minute") for i in range(4)]
+    assert [d.allowed for d in decisions] == [True, True, True, False]  # one budget

@@ -25,6 +25,7 @@ from ._events import DecisionEvent, Observer, Observers, outcome_of
 from ._headers import HEADER_STYLES, HeaderRenderer
 from ._identity import Identity
 from ._in_flight import DEFAULT_LEASE
+from ._key_secret import KeyedStorage, KeySecret
 from ._load import LoadMonitor
 from ._named import new_named
 from ._overrides import Overrides
@@ -89,6 +90,12 @@ class RateLimiter:
     ``asgi_ratelimit.observers``); ``on_limited(scope, decision)`` answers refusals with a
     response of your own, in every door.
 
+    ``key_secret`` (a str or bytes of at least 16 bytes, e.g. ``os.environ[
+    "RATELIMIT_KEY_SECRET"]``) keys the hashes of identities in shared storage (Redis: limits,
+    blocks, in-flight leases, live overrides), so a copy of it does not give back client IPs
+    or user ids. Every process of the app needs the same one; a new one starts every budget
+    afresh. The memory backend keeps nothing outside the process and ignores it.
+
     Set-ups that run but do not limit what was meant (a rule's method no client sends,
     ``trusted_proxies`` that trust everyone, a proxy's ``X-Forwarded-For`` while no proxy is
     trusted) are logged once as warnings; ``validate=False`` turns these checks off.
@@ -115,6 +122,7 @@ class RateLimiter:
         validate: bool = True,
         load: LoadMonitor | None = None,
         shed: LoadShedding | None = None,
+        key_secret: str | bytes | None = None,
     ) -> None:
         if not isinstance(validate, bool):
             raise ConfigurationError(f"validate={validate!r}: must be True or False")
@@ -145,8 +153,13 @@ class RateLimiter:
         )
         config = self.rules_source.read()
         self.engine = Engine(self.backend, on_backend_error, mode, config.has_modes, load)
+        secret = None if key_secret is None else KeySecret(key_secret)
+        stored_as: Callable[[str], str] = str  # identities as they are, in this process
+        if secret is not None and isinstance(self.backend, KeyedStorage):
+            self.backend.use_key_secret(secret)
+            stored_as = secret.tag
         #: live limits per identity, in every worker: ``await limiter.overrides.set(...)``
-        self.overrides = Overrides(self.backend)
+        self.overrides = Overrides(self.backend, stored_as=stored_as)
         self.policy = RequestPolicy(
             self.engine,
             identify=identify,

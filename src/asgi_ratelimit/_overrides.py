@@ -50,11 +50,19 @@ class Override(NamedTuple):
 class Overrides:
     """The live overrides of one limiter (see the module's docstring)."""
 
-    def __init__(self, backend: Backend, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        wall_clock: Callable[[], float] = time.time,
+        stored_as: Callable[[str], str] = str,
+    ) -> None:
         self._backend = backend
         self._store = backend if isinstance(backend, SharedStore) else None
         self._clock = wall_clock
-        #: identity key -> policy name ("*": every policy) -> its override, as last read
+        #: an identity key -> its name in the store (a keyed hash, with a key secret; ``str``
+        #: leaves it as it is)
+        self._stored_as = stored_as
+        #: stored name -> policy name ("*": every policy) -> its override, as last read
         self.active: dict[str, dict[str, Override]] = {}
         #: called with True when the first override appears, False when the last goes
         self.on_change: Callable[[bool], None] = lambda present: None
@@ -72,7 +80,7 @@ class Overrides:
     def lookup(self, identity_key: str) -> dict[str, Override] | None:
         """The overrides of ``identity_key`` in force now, by policy name (``"*"``: every
         policy), or None."""
-        found = self.active.get(identity_key)
+        found = self.active.get(self._stored_as(identity_key))
         if found is None:
             return None
         now = self._clock()
@@ -111,13 +119,13 @@ class Overrides:
             raise ConfigurationError(f"ttl={ttl!r}: give seconds (> 0), or None for no end")
         name = _EVERY if policy is None else _check_policy(policy)
         override = Override(parsed, None if ttl is None else self._clock() + ttl)
-        await self._change(identity_key, lambda found: {**found, name: override})
+        await self._change(self._stored_as(identity_key), lambda found: {**found, name: override})
 
     async def get(self, identity_key: str) -> dict[str | None, Override]:
         """The overrides of ``identity_key`` in force, read from the store now: policy name
         (None: every policy) -> `Override`."""
         _check_key(identity_key)
-        found = await self._read(identity_key)
+        found = await self._read(self._stored_as(identity_key))
         now = self._clock()
         return {
             (None if name == _EVERY else name): override
@@ -128,13 +136,12 @@ class Overrides:
     async def delete(self, identity_key: str, policy: str | None = None) -> None:
         """Drop the overrides of ``identity_key``: all of them, or the named policy's."""
         _check_key(identity_key)
+        stored = self._stored_as(identity_key)
         if policy is None:
-            await self._change(identity_key, lambda found: {})
+            await self._change(stored, lambda found: {})
         else:
             name = _check_policy(policy)
-            await self._change(
-                identity_key, lambda found: {k: v for k, v in found.items() if k != name}
-            )
+            await self._change(stored, lambda found: {k: v for k, v in found.items() if k != name})
 
     async def _change(
         self,

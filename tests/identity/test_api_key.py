@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from typing import Any
 
+import httpx
 import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
-from asgi_ratelimit import APIKey, Identity
+from asgi_ratelimit import APIKey, Identity, RateLimiter, RateLimitMiddleware, Rule
 from asgi_ratelimit._errors import ConfigurationError
-from tests.conftest import settle
+from tests.conftest import FakeClock, settle
 
 PREMIUM = "k-premium-7f3a9c"
 PLAIN = "k-plain-12b4e0"
@@ -198,6 +208,220 @@ async def test_non_utf8_key_is_not_passed_to_lookup() -> None:
     assert await settle(APIKey(lookup=lookup)(with_key(b"\xff\xfeabc"))) is None
 
 
+# -- lookup answers kept ---------------------------------------------------------------------
+
+
+class CountingLookup:
+    """A key store that counts its calls; ``gate`` (when set) holds every answer until
+    opened, so that requests pile up while a lookup is under way."""
+
+    def __init__(self, known: dict[str, str] | None = None) -> None:
+        self.known = known or {}
+        self.calls: list[str] = []
+        self.gate: asyncio.Event | None = None
+        self.broken = False
+
+    async def __call__(self, raw: str) -> str | None:
+        self.calls.append(raw)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.broken:
+            raise ConnectionError("key store is down")
+        return self.known.get(raw)
+
+
+async def let_everything_run() -> None:
+    """Let every ready task run until each waits (a few rounds of the event loop)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_fifty_requests_with_one_unknown_key_make_one_lookup() -> None:
+    lookup = CountingLookup({"gold-key": "gold"})
+    source = APIKey(lookup=lookup)
+    for _ in range(50):
+        assert await settle(source(with_key("nobody-knows-me"))) is None
+    assert lookup.calls == ["nobody-knows-me"]
+    for _ in range(50):
+        found = await settle(source(with_key("gold-key")))
+        assert found == Identity(digest("gold-key"), "gold", "api_key")
+    assert lookup.calls == ["nobody-knows-me", "gold-key"]
+    # Only digests are kept: the raw keys are nowhere in the cache.
+    assert set(source._answers) == {digest("nobody-knows-me"), digest("gold-key")}
+
+
+async def test_a_kept_answer_needs_no_await() -> None:
+    source = APIKey(lookup=CountingLookup({"gold-key": "gold"}))
+    await settle(source(with_key("gold-key")))
+    assert source(with_key("gold-key")) == Identity(digest("gold-key"), "gold", "api_key")
+    await settle(source(with_key("unknown")))
+    assert source(with_key("unknown")) is None
+
+
+async def test_fifty_concurrent_requests_share_the_lookup_under_way() -> None:
+    lookup = CountingLookup({"gold-key": "gold"})
+    lookup.gate = asyncio.Event()
+    source = APIKey(lookup=lookup)
+    unknown = [asyncio.ensure_future(settle(source(with_key("unknown")))) for _ in range(50)]
+    known = [asyncio.ensure_future(settle(source(with_key("gold-key")))) for _ in range(50)]
+    await let_everything_run()
+    assert lookup.calls == ["unknown", "gold-key"]  # one each, all the others wait
+    lookup.gate.set()
+    assert await asyncio.gather(*unknown) == [None] * 50
+    assert await asyncio.gather(*known) == [Identity(digest("gold-key"), "gold", "api_key")] * 50
+    assert lookup.calls == ["unknown", "gold-key"]
+    assert source._pending == {}
+
+
+async def test_a_request_that_gives_up_does_not_cancel_the_shared_lookup() -> None:
+    lookup = CountingLookup({"gold-key": "gold"})
+    lookup.gate = asyncio.Event()
+    source = APIKey(lookup=lookup)
+    first = asyncio.ensure_future(settle(source(with_key("gold-key"))))
+    second = asyncio.ensure_future(settle(source(with_key("gold-key"))))
+    await let_everything_run()
+    first.cancel()  # the first client went away while its lookup ran
+    await let_everything_run()
+    lookup.gate.set()
+    assert await second == Identity(digest("gold-key"), "gold", "api_key")
+    assert first.cancelled()
+    assert lookup.calls == ["gold-key"]
+
+
+async def test_answers_expire_after_cache_ttl_and_are_asked_again_once(clock: FakeClock) -> None:
+    lookup = CountingLookup({"gold-key": "gold"})
+    source = APIKey(lookup=lookup, cache_ttl="1 minute", clock=clock)
+    for key in ("gold-key", "unknown"):
+        await settle(source(with_key(key)))
+    clock.advance(59.999)
+    for _ in range(10):
+        assert await settle(source(with_key("gold-key"))) is not None
+        assert await settle(source(with_key("unknown"))) is None
+    assert lookup.calls == ["gold-key", "unknown"]
+    clock.advance(0.001)  # 60 s after the answers: both are asked again, once each
+    lookup.known["unknown"] = "silver"  # a key created meanwhile becomes known
+    for _ in range(10):
+        assert await settle(source(with_key("gold-key"))) is not None
+        found = await settle(source(with_key("unknown")))
+        assert found == Identity(digest("unknown"), "silver", "api_key")
+    assert lookup.calls == ["gold-key", "unknown", "gold-key", "unknown"]
+
+
+async def test_a_lookup_that_raises_is_not_kept(caplog: pytest.LogCaptureFixture) -> None:
+    lookup = CountingLookup({"gold-key": "gold"})
+    lookup.broken = True
+    lookup.gate = asyncio.Event()
+    source = APIKey(lookup=lookup)
+    waiting = [asyncio.ensure_future(settle(source(with_key("gold-key")))) for _ in range(10)]
+    await let_everything_run()
+    lookup.gate.set()
+    with caplog.at_level(logging.WARNING, logger="asgi_ratelimit"):
+        # The ten share the one failed lookup: unknown, so they fall through to the next source.
+        assert await asyncio.gather(*waiting) == [None] * 10
+        assert lookup.calls == ["gold-key"]
+        assert await settle(source(with_key("gold-key"))) is None  # asked again, failed again
+        assert lookup.calls == ["gold-key"] * 2
+        lookup.broken = False
+        for _ in range(5):
+            found = await settle(source(with_key("gold-key")))
+            assert found == Identity(digest("gold-key"), "gold", "api_key")
+    assert lookup.calls == ["gold-key"] * 3  # the answer, once it came, is kept
+    assert [r.levelname for r in caplog.records] == ["ERROR", "WARNING"]
+
+
+async def test_cache_size_bounds_the_answers_kept_oldest_first() -> None:
+    lookup = CountingLookup()
+    source = APIKey(lookup=lookup, cache_size=2)
+    for key in ("a-key", "b-key", "c-key", "c-key", "b-key"):
+        await settle(source(with_key(key)))
+    assert lookup.calls == ["a-key", "b-key", "c-key"]
+    await settle(source(with_key("a-key")))  # "a-key" went first, so it is asked again
+    assert lookup.calls == ["a-key", "b-key", "c-key", "a-key"]
+    assert len(source._answers) == 2
+
+
+async def test_cache_ttl_zero_asks_every_time() -> None:
+    lookup = CountingLookup({"gold-key": "gold"})
+    source = APIKey(lookup=lookup, cache_ttl=0)
+    for _ in range(3):
+        assert await settle(source(with_key("gold-key"))) is not None
+    assert lookup.calls == ["gold-key"] * 3
+    assert source._answers == {}
+
+
+def test_answers_are_kept_under_trio_too() -> None:
+    calls: list[str] = []
+
+    async def lookup(raw: str) -> str | None:
+        calls.append(raw)
+        await trio.sleep(0)
+        return None
+
+    source = APIKey(lookup=lookup)
+
+    async def main() -> list[Identity | None]:
+        return [await settle(source(with_key("unknown"))) for _ in range(5)]
+
+    assert trio.run(main) == [None] * 5
+    assert calls == ["unknown"]
+
+
+async def test_through_the_middleware_an_unknown_key_is_asked_once_and_counted_by_ip() -> None:
+    lookup = CountingLookup({"gold-key": "gold"})
+
+    async def hello(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    limiter = RateLimiter(
+        identify=[APIKey(lookup=lookup)],
+        rules=[Rule("/{path:path}", limits={"free": "30/minute", "gold": "100/minute"})],
+    )
+    app = Starlette(
+        routes=[Route("/hello", hello)],
+        middleware=[Middleware(RateLimitMiddleware, limiter=limiter)],
+    )
+    transport = httpx.ASGITransport(app=app, client=("203.0.113.9", 1234))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        unknown = [
+            await client.get("/hello", headers={"X-API-Key": "guessed-key"}) for _ in range(50)
+        ]
+        gold = [await client.get("/hello", headers={"X-API-Key": "gold-key"}) for _ in range(50)]
+    assert [r.status_code for r in unknown].count(200) == 30  # counted by IP, free tier
+    assert [r.status_code for r in gold].count(200) == 50
+    assert gold[-1].headers["x-ratelimit-remaining"] == "50"
+    assert lookup.calls == ["guessed-key", "gold-key"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40), max_size=30))
+def test_any_keys_never_raise_and_each_distinct_usable_key_is_asked_once(
+    values: list[bytes],
+) -> None:
+    calls: list[str] = []
+
+    def lookup(raw: str) -> str | None:
+        calls.append(raw)
+        return "gold" if len(raw) % 2 else None
+
+    source = APIKey(lookup=lookup)
+
+    async def main() -> None:
+        for value in values:
+            found = await settle(source(with_key(value)))
+            assert found is None or found.tier == "gold"
+
+    asyncio.run(main())
+    usable: set[str] = set()
+    for value in values:
+        stripped = value.strip(b" \t")
+        try:
+            if stripped:
+                usable.add(stripped.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass
+    assert sorted(calls) == sorted(usable)
+
+
 # -- configuration ---------------------------------------------------------------------------
 
 
@@ -221,6 +445,15 @@ def test_repr_never_shows_keys() -> None:
         ({"keys": {" k": None}}, "whitespace"),
         ({"keys": {"k-secret": 3}}, "tier 3"),
         ({"lookup": "not callable"}, "must be an async callable"),
+        ({"keys": ["k"], "cache_ttl": -1}, r"cache_ttl=-1: must be longer than 0 seconds; 0 keeps"),
+        ({"keys": ["k"], "cache_ttl": "soon"}, r"cache_ttl='soon': give a duration such as"),
+        ({"keys": ["k"], "cache_ttl": "5 parsecs"}, r"cache_ttl='5 parsecs': unknown unit"),
+        ({"keys": ["k"], "cache_ttl": True}, r"cache_ttl=True: give a duration"),
+        ({"keys": ["k"], "cache_ttl": float("nan")}, r"cache_ttl=nan: must be longer"),
+        ({"keys": ["k"], "cache_size": 0}, r"cache_size=0: must be a whole number >= 1"),
+        ({"keys": ["k"], "cache_size": 1.5}, r"cache_size=1.5: must be a whole number"),
+        ({"keys": ["k"], "cache_size": True}, r"cache_size=True: must be a whole number"),
+        ({"keys": ["k"], "clock": 5}, r"clock=5: must be a zero-argument callable"),
     ],
 )
 def test_configuration_errors(kwargs: dict[str, Any], match: str) -> None:

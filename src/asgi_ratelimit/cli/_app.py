@@ -16,4 +16,6 @@ app = typer.Typer(
     help="Check rules files, look at and reset budgets, and see the algorithms at work.",
     no_args_is_help=True,
     add_completion=False,
+    # A traceback's locals would show the storage URL's password and the key secret.
+    pretty_exceptions_show_locals=False,
 )

@@ -13,7 +13,7 @@ import typer
 from .._errors import BackendError, ConfigurationError
 from .._limiter import RateLimiter
 from ._app import app
-from ._storage import IdentityKey, Storage, limiter_on
+from ._storage import IdentityKey, KeySecretOption, Storage, limiter_on
 
 __all__ = ["delete", "get", "override", "set_"]
 
@@ -37,9 +37,14 @@ def set_(
     ttl: Annotated[
         float | None, typer.Option("--ttl", help="Seconds until it ends; default: never.")
     ] = None,
+    key_secret: KeySecretOption = None,
 ) -> None:
     """Replace an identity's limits (every policy, or --policy's)."""
-    _run(lambda limiter: limiter.overrides.set(identity, limits, policy=policy, ttl=ttl), storage)
+    _run(
+        lambda limiter: limiter.overrides.set(identity, limits, policy=policy, ttl=ttl),
+        storage,
+        key_secret,
+    )
     typer.echo(f"{identity}: {limits} for {policy or 'every policy'}")
 
 
@@ -48,9 +53,10 @@ def get(
     identity: IdentityKey,
     storage: Storage,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    key_secret: KeySecretOption = None,
 ) -> None:
     """Show an identity's overrides."""
-    found = _run(lambda limiter: limiter.overrides.get(identity), storage)
+    found = _run(lambda limiter: limiter.overrides.get(identity), storage, key_secret)
     now = time.time()
     rows: dict[str, dict[str, Any]] = {
         policy or "*": {
@@ -70,14 +76,21 @@ def get(
 
 
 @override.command()
-def delete(identity: IdentityKey, storage: Storage, policy: Policy = None) -> None:
+def delete(
+    identity: IdentityKey,
+    storage: Storage,
+    policy: Policy = None,
+    key_secret: KeySecretOption = None,
+) -> None:
     """Drop an identity's overrides (all, or --policy's)."""
-    _run(lambda limiter: limiter.overrides.delete(identity, policy=policy), storage)
+    _run(lambda limiter: limiter.overrides.delete(identity, policy=policy), storage, key_secret)
     typer.echo(f"{identity}: override of {policy or 'every policy'} deleted")
 
 
-def _run(action: Callable[[RateLimiter], Awaitable[_T]], storage: str) -> _T:
-    limiter = limiter_on(storage)
+def _run(
+    action: Callable[[RateLimiter], Awaitable[_T]], storage: str, key_secret: str | None
+) -> _T:
+    limiter = limiter_on(storage, key_secret=key_secret)
 
     async def run() -> _T:
         async with limiter.backend:

@@ -14,14 +14,26 @@ from rich.table import Table
 
 from .._errors import ConfigurationError
 from .._identity import Identity
+from .._key_secret import KeySecret
 from .._limiter import RateLimiter
+from .._masked_url import masked_url
 from ..http.identity._country import country_code
 from ._app import app
 
-__all__ = ["IdentityKey", "Storage", "limiter_on", "reset", "usage"]
+__all__ = ["IdentityKey", "KeySecretOption", "Storage", "limiter_on", "reset", "usage"]
 
 Storage = Annotated[
     str, typer.Option("--storage", help="The backend's URL, e.g. redis://localhost:6379/0.")
+]
+KeySecretOption = Annotated[
+    str | None,
+    typer.Option(
+        "--key-secret",
+        envvar="RATELIMIT_KEY_SECRET",
+        show_default=False,
+        help="The app's key_secret, if it has one; better set RATELIMIT_KEY_SECRET (other "
+        "users of the host can read a command line).",
+    ),
 ]
 IdentityKey = Annotated[str, typer.Argument(help="An identity key: ip:203.0.113.7, user:42, ...")]
 
@@ -39,14 +51,15 @@ def usage(
         str | None,
         typer.Option("--country", help="Where the identity is, for rules by country: DE, BR..."),
     ] = None,
+    key_secret: KeySecretOption = None,
 ) -> None:
     """Show an identity's budget under every rule, consuming nothing."""
-    limiter = limiter_on(storage, rules, country)
+    limiter = limiter_on(storage, rules, country, key_secret)
     statuses = asyncio.run(_usage(limiter, Identity(identity, tier, "cli")))
     if json:
         typer.echo(json_module.dumps(statuses))
         return
-    table = Table(title=f"{identity} on {storage}")
+    table = Table(title=f"{identity} on {masked_url(storage)}")
     for column in ("policy", "limit", "remaining", "used", "full in (s)", "window (s)"):
         table.add_column(column)
     for name, row in statuses.items():
@@ -56,17 +69,25 @@ def usage(
 
 
 @app.command()
-def reset(identity: IdentityKey, storage: Storage) -> None:
+def reset(identity: IdentityKey, storage: Storage, key_secret: KeySecretOption = None) -> None:
     """Give an identity every budget back: rules, route limits, direct use."""
-    limiter = limiter_on(storage)
+    limiter = limiter_on(storage, key_secret=key_secret)
     asyncio.run(_reset(limiter, identity))
     typer.echo(f"{identity}: every budget is full again")
 
 
-def limiter_on(storage: str, rules: Path | None = None, country: str | None = None) -> RateLimiter:
-    """A limiter on the app's backend at ``storage`` (a Redis URL), with its rules file; the
-    requests it is asked about come from ``country`` (None: an unknown country)."""
+def limiter_on(
+    storage: str,
+    rules: Path | None = None,
+    country: str | None = None,
+    key_secret: str | None = None,
+) -> RateLimiter:
+    """A limiter on the app's backend at ``storage`` (a Redis URL), with its rules file and
+    its ``key_secret``; the requests it is asked about come from ``country`` (None: an
+    unknown country)."""
     try:
+        if key_secret is not None:
+            KeySecret(key_secret, what="--key-secret (RATELIMIT_KEY_SECRET)")
         code = country_code(country)
         if country is not None and code is None:
             raise ConfigurationError(
@@ -75,8 +96,8 @@ def limiter_on(storage: str, rules: Path | None = None, country: str | None = No
             )
         if storage.startswith("memory://"):
             raise ConfigurationError(
-                f"--storage {storage}: a memory backend lives inside the app's process; give "
-                "the app's Redis URL"
+                f"--storage {masked_url(storage)}: a memory backend lives inside the app's "
+                "process; give the app's Redis URL"
             )
         from ..backends.redis import RedisBackend
 
@@ -89,6 +110,7 @@ def limiter_on(storage: str, rules: Path | None = None, country: str | None = No
             validate=False,
             # No request to read it from: the country is the one the command was given.
             country=lambda scope: code,
+            key_secret=key_secret,
         )
     except (ConfigurationError, ImportError) as exc:
         Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)

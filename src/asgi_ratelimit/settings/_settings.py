@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from .._errors import ConfigurationError
+from .._key_secret import KeySecret
+from .._masked_url import masked_url
 from .._rates import parse_limits
 from ..backends._memory import MemoryBackend
 from ..http.identity._ip import ClientIP
 
 try:
-    from pydantic import ValidationError, field_validator
+    from pydantic import SecretStr, ValidationError, field_validator
     from pydantic_settings import BaseSettings, SettingsConfigDict
 except ImportError:  # pragma: no cover - the settings extra brings pydantic-settings
     raise ImportError(
@@ -23,7 +26,7 @@ __all__ = ["PREFIX", "RateLimitSettings"]
 
 PREFIX = "RATELIMIT_"
 _SCHEMES = ("memory://", "redis://", "rediss://", "unix://", "redis+cluster://",
-            "redis+sentinel://")  # fmt: skip
+            "rediss+cluster://", "redis+sentinel://", "rediss+sentinel://")  # fmt: skip
 
 
 class RateLimitSettings(BaseSettings):
@@ -35,10 +38,13 @@ class RateLimitSettings(BaseSettings):
     ``ENABLED=false`` is ``MODE=off``. ``DEFAULT_LIMITS`` and ``TRUSTED_PROXIES`` are
     comma-separated. ``STORAGE_URL`` is ``memory://`` (the default) or a Redis URL
     (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``, ``redis+sentinel://``).
+    ``KEY_SECRET`` is the limiter's ``key_secret``. Neither the secret nor the URL's password
+    is ever shown: not in ``repr``, not in an error.
     """
 
+    # Pydantic's own errors would quote the values given (a URL's password, the secret).
     model_config = SettingsConfigDict(
-        env_prefix=PREFIX, env_file=".env", extra="ignore", frozen=True
+        env_prefix=PREFIX, env_file=".env", extra="ignore", frozen=True, hide_input_in_errors=True
     )
 
     enabled: bool = True
@@ -50,6 +56,7 @@ class RateLimitSettings(BaseSettings):
     on_backend_error: Literal["allow", "deny", "fallback"] = "allow"
     rules_file: Path | None = None
     reload_rules_every: float | None = None
+    key_secret: SecretStr | None = None
 
     @classmethod
     def load(cls, **values: Any) -> RateLimitSettings:
@@ -60,11 +67,22 @@ class RateLimitSettings(BaseSettings):
         except ValidationError as exc:
             raise ConfigurationError(_explained(exc)) from None
 
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, masked_url(value) if name == "storage_url" else value
+
     @field_validator("storage_url")
     @classmethod
     def _storage(cls, value: str) -> str:
-        if not value.startswith(_SCHEMES):
+        if not value.lower().startswith(_SCHEMES):
             raise ValueError(f"use one of {', '.join(_SCHEMES)} (e.g. redis://localhost:6379/0)")
+        return value
+
+    @field_validator("key_secret")
+    @classmethod
+    def _secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            _valid(lambda: KeySecret(value.get_secret_value(), what="it"))
         return value
 
     @field_validator("default_limits")
@@ -98,6 +116,7 @@ class RateLimitSettings(BaseSettings):
             "on_backend_error": self.on_backend_error,
             "rules_file": self.rules_file,
             "reload_rules_every": self.reload_rules_every,
+            "key_secret": None if self.key_secret is None else self.key_secret.get_secret_value(),
         }
         proxies = _split(self.trusted_proxies)
         if proxies:
@@ -106,7 +125,7 @@ class RateLimitSettings(BaseSettings):
 
 
 def _backend(url: str) -> Any:
-    if url.startswith("memory://"):
+    if url.lower().startswith("memory://"):
         return MemoryBackend()
     from ..backends.redis import RedisBackend
 
@@ -129,5 +148,10 @@ def _explained(exc: ValidationError) -> str:
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else "?"
         message = error["msg"].removeprefix("Value error, ")
-        lines.append(f"{PREFIX}{field.upper()}={error.get('input')!r}: {message}")
+        if field == "key_secret":  # never shown, not even in part
+            lines.append(f"{PREFIX}{field.upper()}: {message}")
+            continue
+        value = error.get("input")
+        shown = masked_url(value) if field == "storage_url" else value
+        lines.append(f"{PREFIX}{field.upper()}={shown!r}: {message}")
     return "; ".join(lines)

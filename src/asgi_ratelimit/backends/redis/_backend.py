@@ -27,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..._clock import Clock
 from ..._errors import BackendError, ConfigurationError
+from ..._key_secret import KeySecret
 from ..._rates import Limit
 from ...algorithms import Outcome
 from .._protocol import Check, Result
@@ -214,6 +215,14 @@ class RedisBackend:
     def storage_key(self, key: str, limit: Limit, budget: str = "") -> str:
         """The Redis key of ``key``'s state for ``limit`` (in ``budget``: a rule's, a route's)."""
         return self._keys.storage_key(key, limit, budget)
+
+    def use_key_secret(self, secret: KeySecret) -> None:
+        """Hash identities with ``secret`` in every key (limits, blocks, in-flight leases):
+        what ``RateLimiter(key_secret=...)`` does to its backend. One secret per backend:
+        another one raises `ConfigurationError`."""
+        self._keys.use_secret(secret)
+        if self.deny_cache is not None:
+            self.deny_cache.clear()  # its entries name keys of the unkeyed hashes
 
     # -- the protocol -------------------------------------------------------------------
 

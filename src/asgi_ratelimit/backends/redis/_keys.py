@@ -7,15 +7,20 @@
 
 The identity is hashed so no user data reaches Redis and nobody can pick a Cluster slot; every
 budget of one identity shares its ``{hash tag}``, so one request is one script call on one
-node and one SCAN pattern finds all of an identity's keys.
+node and one SCAN pattern finds all of an identity's keys. With a key secret
+(``RateLimiter(key_secret=...)``) the hash is keyed, so nobody can find an identity again
+from its keys by hashing guesses.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 from collections.abc import Sequence
 
+from ..._errors import ConfigurationError
+from ..._key_secret import KeySecret, identity_tag
 from ..._rates import Limit
 from .._protocol import Check
 
@@ -35,16 +40,27 @@ class KeyNames:
         self._prefixes: dict[str, str] = {}
         #: (budget, limit id) -> its code, for the limits validated for Lua (bounded)
         self._codes: dict[tuple[str, str], str] = {}
+        #: the BLAKE2b key of identity hashes: empty (unkeyed) until `use_secret`
+        self._secret = b""
+
+    def use_secret(self, secret: KeySecret) -> None:
+        """Key the hashes of identities with ``secret`` (one secret per backend)."""
+        if self._secret and not hmac.compare_digest(self._secret, secret.key):
+            raise ConfigurationError(
+                "key_secret: this backend hashes identities with another key_secret already; "
+                "give every limiter on one backend the same key_secret"
+            )
+        self._secret = secret.key
+        self._prefixes.clear()
 
     def tag(self, key: str) -> str:
         """The fixed-length hash of an identity key: no raw user data reaches Redis.
 
-        128 bits of BLAKE2b in base64url (22 characters of ``A-Za-z0-9-_``: no brace, so the
-        whole tag is the Cluster hash tag and nobody can choose a slot).
+        128 bits of BLAKE2b (keyed with the key secret, if any) in base64url (22 characters
+        of ``A-Za-z0-9-_``: no brace, so the whole tag is the Cluster hash tag and nobody can
+        choose a slot).
         """
-        data = key.encode("utf-8", "surrogatepass")
-        digest = hashlib.blake2b(data, digest_size=16, person=b"asgi-ratelimit").digest()
-        return base64.urlsafe_b64encode(digest)[:22].decode("ascii")
+        return identity_tag(key, self._secret)
 
     def storage_key(self, key: str, limit: Limit, budget: str = "") -> str:
         # Every budget of one identity key shares its {hash tag}: one Cluster slot, and one

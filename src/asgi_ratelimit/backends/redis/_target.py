@@ -22,6 +22,7 @@ from redis.asyncio.connection import Connection, SSLConnection, parse_url
 from redis.asyncio.sentinel import SentinelConnectionPool
 
 from ..._errors import ConfigurationError
+from ..._masked_url import masked_url
 from ._server import DEFAULT_CONNECT_TIMEOUT, ServerSettings
 
 __all__ = ["Target"]
@@ -51,44 +52,55 @@ class Target:
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None) -> Target:
         options = dict(options or {})
+        shown = f"RedisBackend.from_url({masked_url(url)!r})"
+        if not isinstance(url, str):
+            raise ConfigurationError(f"{shown}: give the URL as a str, e.g. redis://host:6379/0")
         scheme, sep, _ = url.partition("://")
-        if not sep or scheme not in _SCHEMES:
+        if not sep or scheme.lower() not in _SCHEMES:
             raise ConfigurationError(
-                f"RedisBackend.from_url({_masked(url)!r}): unknown scheme (use redis://, "
-                "rediss://, unix://, redis+cluster://host:port or "
-                "redis+sentinel://host:26379/service_name)"
+                f"{shown}: unknown scheme (use redis://, rediss://, unix://, "
+                "redis+cluster://host:port or redis+sentinel://host:26379/service_name)"
             )
-        kind, base = _SCHEMES[scheme]
+        kind, base = _SCHEMES[scheme.lower()]
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # "Invalid IPv6 URL": a "[" without its "]"
+            raise ConfigurationError(f"{shown}: {exc}") from None
+        if "@" in parts.path or "@" in parts.query or "@" in parts.fragment:
+            # A password with a raw "/", "?" or "#" ends the address early: redis-py would
+            # take the rest of it for a database, a query or a port, and show it.
+            raise ConfigurationError(
+                f"{shown}: '@' after the host: percent-encode the password's special "
+                "characters (%40 for @, %2F for /, %3F for ?, %23 for #, %3A for :)"
+            )
         options.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
         if kind == "standalone":
-            return cls(kind, (_settings(url, options),))
-        parts = urlsplit(url)
+            return cls(kind, (_settings(url, options, shown),))
         userinfo, _, hostlist = parts.netloc.rpartition("@")
         hosts = [h.strip() for h in hostlist.split(",") if h.strip()]
         if not hosts:
-            raise ConfigurationError(f"RedisBackend.from_url({_masked(url)!r}): no host given")
+            raise ConfigurationError(f"{shown}: no host given")
         path = parts.path
         service = None
         if kind == "sentinel":
             service, _, path = path.lstrip("/").partition("/")
             if not service:
                 raise ConfigurationError(
-                    f"RedisBackend.from_url({_masked(url)!r}): name the service, "
-                    "e.g. redis+sentinel://sentinel:26379/mymaster"
+                    f"{shown}: name the service, e.g. redis+sentinel://sentinel:26379/mymaster"
                 )
             path = "/" + path
         first = urlunsplit((base, f"{userinfo}@{hosts[0]}" if userinfo else hosts[0], path,
                             parts.query, ""))  # fmt: skip
-        data = _settings(first, options)
+        data = _settings(first, options, shown)
         if kind == "cluster":
-            return cls(kind, tuple(data.at(*_host_port(h, 6379)) for h in hosts))
+            return cls(kind, tuple(data.at(*_host_port(h, 6379, shown)) for h in hosts))
         sentinel = ServerSettings(
             username=options.get("sentinel_username"),
             password=options.get("sentinel_password"),
             connect_timeout=data.connect_timeout,
             tls=data.tls,
         )
-        sentinels = tuple(sentinel.at(*_host_port(h, 26379)) for h in hosts)
+        sentinels = tuple(sentinel.at(*_host_port(h, 26379, shown)) for h in hosts)
         return cls(kind, sentinels, service, data)
 
     @classmethod
@@ -115,15 +127,17 @@ class Target:
         )
 
 
-def _settings(url: str, options: Mapping[str, Any]) -> ServerSettings:
+def _settings(url: str, options: Mapping[str, Any], shown: str) -> ServerSettings:
     try:
-        kwargs = parse_url(url)
-    except ValueError as exc:
-        raise ConfigurationError(f"RedisBackend: bad URL {_masked(url)!r}: {exc}") from None
-    return ServerSettings.from_kwargs({**kwargs, **options})
+        return ServerSettings.from_kwargs({**parse_url(url), **options})
+    except ConfigurationError:
+        raise
+    except (TypeError, ValueError) as exc:  # a bad port, an option TLS does not take...
+        # Safe to show: the password cannot reach the port, database or query (no "@" there).
+        raise ConfigurationError(f"{shown}: {exc}") from None
 
 
-def _host_port(text: str, default_port: int) -> tuple[str, int]:
+def _host_port(text: str, default_port: int, shown: str) -> tuple[str, int]:
     """``host:port``, ``host`` or ``[ipv6]:port``."""
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
@@ -136,14 +150,5 @@ def _host_port(text: str, default_port: int) -> tuple[str, int]:
         return host, int(port) if port else default_port
     except ValueError:
         raise ConfigurationError(
-            f"RedisBackend: {text!r} is not host:port (e.g. node1:7000 or [::1]:7000)"
+            f"{shown}: {text!r} is not host:port (e.g. node1:7000 or [::1]:7000)"
         ) from None
-
-
-def _masked(url: str) -> str:
-    """The URL without its password (for error messages and logs)."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, hosts = rest.rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{hosts}"

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from ..._clock import Clock
+from ..._durations import parse_duration
 from ..._errors import ConfigurationError
 from ..._identity import Identity
 from ._header_values import header_values
@@ -19,6 +23,10 @@ logger = logging.getLogger("asgi_ratelimit")
 
 #: Longer keys are refused without hashing or looking them up: no real key is this long.
 MAX_KEY_BYTES = 512
+#: Seconds a lookup's answer is kept by default, for known and unknown keys alike.
+DEFAULT_CACHE_TTL = 60.0
+#: Keys whose lookup answers are kept by default (about 200 bytes each).
+DEFAULT_CACHE_SIZE = 10_000
 
 #: ``lookup(raw_key)`` answers a tier (str) for a known key, ``True`` for a known key with no
 #: tier, and ``None`` (or ``False``) for an unknown one. It may be async or plain.
@@ -39,6 +47,15 @@ class APIKey:
 
         APIKey(keys={"k-123": "premium", "k-456": None})
         APIKey(header="Authorization-Key", query="api_key", lookup=fetch_tier_from_db)
+        APIKey(lookup=fetch_tier_from_db, cache_ttl="5 minutes", cache_size=50_000)
+
+    ``lookup``'s answers, unknown keys included, are kept for ``cache_ttl`` (a duration such
+    as ``"1 minute"``, or seconds; ``0`` keeps none) for at most ``cache_size`` keys (the
+    oldest answer goes first), by the key's hash: one key sent 50 times costs one lookup, and
+    a key revoked in your store is still known for up to ``cache_ttl``. Requests with a key
+    whose lookup is under way wait for that one lookup instead of starting their own. A
+    lookup that raises is not kept: the request falls through to the next source, and the
+    next request with the key asks again. ``clock`` (seconds; tests) times the answers.
     """
 
     def __init__(
@@ -47,6 +64,10 @@ class APIKey:
         query: str | None = None,
         keys: Mapping[str, str | None] | Iterable[str] | None = None,
         lookup: KeyLookup | None = None,
+        *,
+        cache_ttl: str | float = DEFAULT_CACHE_TTL,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        clock: Clock = time.monotonic,
     ) -> None:
         if header is not None and (not isinstance(header, str) or not header.strip()):
             raise ConfigurationError(f"APIKey header {header!r} must be a header name or None")
@@ -62,6 +83,15 @@ class APIKey:
             )
         if lookup is not None and not callable(lookup):
             raise ConfigurationError(f"APIKey lookup {lookup!r} must be an async callable")
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+            raise ConfigurationError(
+                f"APIKey cache_size={cache_size!r}: must be a whole number >= 1, e.g. 10_000 "
+                "(cache_ttl=0 keeps no answers)"
+            )
+        if not callable(clock):
+            raise ConfigurationError(
+                f"APIKey clock={clock!r}: must be a zero-argument callable returning seconds"
+            )
         self.header = header
         self.query = query
         self._header_name = header.strip().lower().encode("latin-1") if header else None
@@ -71,6 +101,15 @@ class APIKey:
         self._known: dict[str, str | None] = _hash_keys(keys) if keys is not None else {}
         self._lookup = lookup
         self._lookup_failing = False
+        #: seconds the lookup's answers are kept (0: none)
+        self.cache_ttl = _cache_ttl(cache_ttl)
+        self.cache_size = cache_size
+        self._clock = clock
+        #: key hash -> (when the answer expires on ``clock``, the identity or None); raw keys
+        #: are never kept
+        self._answers: dict[str, tuple[float, Identity | None]] = {}
+        #: key hash -> the lookup under way for it, which every request with the key awaits
+        self._pending: dict[str, asyncio.Task[Identity | None]] = {}
 
     def __repr__(self) -> str:
         keys = f"<{len(self._known)} keys>" if self._known else None
@@ -80,7 +119,8 @@ class APIKey:
         )
 
     def __call__(self, scope: Mapping[str, Any]) -> Identity | Awaitable[Identity | None] | None:
-        """The key's identity, at once for `keys`; an awaitable when `lookup` must answer."""
+        """The key's identity: at once for `keys` and kept answers; an awaitable when
+        `lookup` must answer."""
         raw = self.raw_key(scope)
         if raw is None:
             return None
@@ -89,11 +129,33 @@ class APIKey:
             return Identity(key=digest, tier=self._known[digest], source="api_key")
         if self._lookup is None:
             return None
-        return self._looked_up(self._lookup, raw, digest)
+        kept = self._answers.get(digest)
+        if kept is not None:
+            if kept[0] > self._clock():
+                return kept[1]
+            del self._answers[digest]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None  # no key of a store that takes str: not worth a lookup
+        return self._looked_up(self._lookup, text, digest)
 
-    async def _looked_up(self, lookup: KeyLookup, raw: bytes, digest: str) -> Identity | None:
-        found, tier = await self._ask_lookup(lookup, raw)
-        return Identity(key=digest, tier=tier, source="api_key") if found else None
+    async def _looked_up(self, lookup: KeyLookup, text: str, digest: str) -> Identity | None:
+        pending = self._pending.get(digest)
+        if pending is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not asyncio (trio): each request asks on its own
+                return await self._ask(lookup, text, digest)
+            pending = self._pending[digest] = loop.create_task(self._ask(lookup, text, digest))
+            pending.add_done_callback(lambda task: self._done(digest, task))
+        # Shielded: a request that gives up (its client left) must not cancel the lookup that
+        # the other requests with this key are waiting for.
+        return await asyncio.shield(pending)
+
+    def _done(self, digest: str, task: asyncio.Task[Identity | None]) -> None:
+        if self._pending.get(digest) is task:
+            del self._pending[digest]
 
     def raw_key(self, scope: Mapping[str, Any]) -> bytes | None:
         """The key the client sent (header first, then query), or None if absent or unusable.
@@ -108,11 +170,8 @@ class APIKey:
             return _query_value(scope, self._query_name)
         return None
 
-    async def _ask_lookup(self, lookup: KeyLookup, raw: bytes) -> tuple[bool, str | None]:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return False, None
+    async def _ask(self, lookup: KeyLookup, text: str, digest: str) -> Identity | None:
+        """The lookup's answer, kept for ``cache_ttl``; None, and nothing kept, if it raises."""
         try:
             answer = lookup(text)
             if inspect.isawaitable(answer):
@@ -125,22 +184,41 @@ class APIKey:
                     "unknown until it answers again",
                     lookup, type(exc).__name__, exc,
                 )  # fmt: skip
-            return False, None
+            return None
         if self._lookup_failing:
             self._lookup_failing = False
             logger.warning("API key lookup %r answers again", lookup)
+        identity = None
         if isinstance(answer, str):
-            return True, answer
-        if answer is True:
-            return True, None
-        if answer is None or answer is False:
-            return False, None
-        logger.error(
-            "API key lookup %r returned %s; expected a tier (str), True or None; "
-            "the key is treated as unknown",
-            lookup, type(answer).__name__,
-        )  # fmt: skip
-        return False, None
+            identity = Identity(key=digest, tier=answer, source="api_key")
+        elif answer is True:
+            identity = Identity(key=digest, tier=None, source="api_key")
+        elif answer is not None and answer is not False:
+            logger.error(
+                "API key lookup %r returned %s; expected a tier (str), True or None; "
+                "the key is treated as unknown",
+                lookup, type(answer).__name__,
+            )  # fmt: skip
+        self._keep(digest, identity)
+        return identity
+
+    def _keep(self, digest: str, identity: Identity | None) -> None:
+        if not self.cache_ttl:
+            return
+        answers = self._answers
+        answers.pop(digest, None)
+        if len(answers) >= self.cache_size:
+            del answers[next(iter(answers))]  # the oldest answer goes first
+        answers[digest] = (self._clock() + self.cache_ttl, identity)
+
+
+def _cache_ttl(value: object) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+        return 0.0
+    try:
+        return parse_duration(value, "APIKey cache_ttl")
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{exc}; 0 keeps no lookup answers") from None
 
 
 def _usable(raw: bytes) -> bytes | None:
