@@ -87,6 +87,9 @@ async def main():
     transport = httpx.ASGITransport(app=module.app)
     async with lifespan(module.app):
         seen["started"] = connections()
+        left = 60 - time.time() % 60  # the 4 requests in one minute ("3/minute", as conftest.py)
+        if left < 1:
+            await asyncio.sleep(left + 0.05)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
             seen["statuses"] = [(await http.get("/limited")).status_code for _ in range(4)]
         seen["keys"] = probe.dbsize()
