@@ -256,6 +256,21 @@ def test_fastapi_example_documents_its_limits() -> None:
     assert "429" not in paths["/rate_limit"]["get"]["responses"]
 
 
+async def test_fastapi_example_declares_the_login_401_it_answers(clock: FakeClock) -> None:
+    # The route raises HTTPException(401) for bad credentials: its OpenAPI says so, with the
+    # body that answer has (checked by a real 401 next to the schema that describes it).
+    async with connect(fastapi_main.create_app(clock=clock)) as http:
+        schema = (await http.get("/openapi.json")).json()
+        refused = await http.post("/auth/login", json=BAD)
+    declared = schema["paths"]["/auth/login"]["post"]["responses"]["401"]
+    assert declared["description"] == "Invalid username or password"
+    body = declared["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/LoginFailed"}
+    assert schema["components"]["schemas"]["LoginFailed"]["required"] == ["detail"]
+    assert refused.status_code == 401
+    assert set(refused.json()) == {"detail"}
+
+
 @pytest.mark.parametrize("factory", [fastapi_main.create_app, starlette_main.create_app])
 def test_module_level_app_is_importable(factory: Callable[..., Any]) -> None:
     module = fastapi_main if factory is fastapi_main.create_app else starlette_main

@@ -56,6 +56,12 @@ class Credentials(BaseModel):
     password: str
 
 
+class LoginFailed(BaseModel):
+    """The body of the 401 that bad credentials get (FastAPI's ``HTTPException`` body)."""
+
+    detail: str
+
+
 def create_app(*, backend: Backend | None = None, clock: Clock | None = None) -> FastAPI:
     """Build the app; tests pass a backend or a fake clock, ``app`` below uses the defaults."""
     secret = jwt_secret()
@@ -76,7 +82,11 @@ def create_app(*, backend: Backend | None = None, clock: Clock | None = None) ->
     app.add_middleware(RateLimitMiddleware, limiter=limiter)
     app.state.limiter = limiter
 
-    @app.post("/auth/login", dependencies=[Depends(username_limit)])
+    @app.post(
+        "/auth/login",
+        dependencies=[Depends(username_limit)],
+        responses={401: {"model": LoginFailed, "description": "Invalid username or password"}},
+    )
     async def login(credentials: Credentials) -> dict[str, Any]:
         user = USERS.get(credentials.username)
         if user is None or user[0] != credentials.password:

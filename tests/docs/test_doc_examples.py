@@ -5,6 +5,11 @@
   it); a block that defines ``async def main()`` and never calls it gets
   ``asyncio.run(main())``. A block that continues the page's previous python block says
   so with ``<!-- fragment -->`` on the line before its fence: it runs after that block.
+- A ```python block with a file name, ```` ```python title="conftest.py" ````, is a file of
+  the page's project: all of them are written to one folder and pytest runs there, where
+  every test they define must pass (docs/guide/testing.md).
+- A ```py block is shown and never run: another library's code, which is not installed
+  (docs/guide/migrating.md shows slowapi's and fastapi-limiter's beside ours).
 - Every ```console walk-through of the demo (a block that talks to ``localhost:8000``) runs
   against a real ``.venv/bin/uvicorn`` serving the app ``./scripts/demo`` serves, on a free
   port, all the blocks of one page in order in one bash session. Each ``$`` command's output
@@ -33,7 +38,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\w*)\s*$")
+FENCE = re.compile(r'^(?P<indent> *)```(?P<lang>\w*)(?: +title="(?P<title>[^"]+)")?\s*$')
 FRAGMENT = "<!-- fragment -->"
 DEMO_URL = "localhost:8000"
 # A secret for the snippets that read one from the environment, as a real app would.
@@ -47,6 +52,7 @@ class Block:
     lang: str
     text: str
     fragment: bool
+    title: str | None = None  # a file of the page's project
 
     @property
     def name(self) -> str:
@@ -68,13 +74,22 @@ def blocks(page: Path) -> list[Block]:
             end += 1
         body = "\n".join(line[indent:] for line in lines[index + 1 : end]) + "\n"
         before = next((line.strip() for line in reversed(lines[:index]) if line.strip()), "")
-        found.append(Block(page, index + 1, opening["lang"], body, before == FRAGMENT))
+        found.append(
+            Block(page, index + 1, opening["lang"], body, before == FRAGMENT, opening["title"])
+        )
         index = end + 1
     return found
 
 
 ALL = [block for page in PAGES for block in blocks(page)]
-PYTHON = [block for block in ALL if block.lang == "python"]
+PYTHON = [block for block in ALL if block.lang == "python" and block.title is None]
+PROJECTS = {
+    page: files
+    for page in PAGES
+    if (files := [b for b in blocks(page) if b.lang == "python" and b.title is not None])
+}
+#: what another library's code (a ```py block, never run) imports
+OTHER_LIBRARIES = ("slowapi", "fastapi_limiter")
 
 
 def test_the_pages_have_examples() -> None:
@@ -130,6 +145,48 @@ def test_python_block_runs(block: Block, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, f"{block.name}:\n{done.stderr}"
     assert done.stdout.endswith("ran to the end\n")
+
+
+def test_blocks_that_are_not_run_are_another_librarys() -> None:
+    # A ```py block is never run: only code of a library we do not install may hide there.
+    for block in ALL:
+        if block.lang == "py":
+            imported = re.findall(r"^(?:from|import) (\w+)", block.text, re.M)
+            assert set(imported) & set(OTHER_LIBRARIES), f"{block.name}: make it ```python"
+
+
+# -- the pages' projects: files run by pytest ----------------------------------------------
+
+
+def write_project(page: Path, where: Path) -> int:
+    """Write the page's project files into ``where``; the number of tests they define."""
+    for block in PROJECTS[page]:
+        assert "/" not in block.title and block.title.endswith(".py"), block.name
+        (where / block.title).write_text(block.text)
+    return sum(len(re.findall(r"^(?:async )?def test_", b.text, re.M)) for b in PROJECTS[page])
+
+
+def run_pytest(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest on a project folder, as its owner would run it (anyio's plugin for async tests:
+    the suite's pytest-asyncio stays out), warnings as errors."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "PYTHONPATH")}
+    plugins = ["-p", "no:cacheprovider", "-p", "no:asyncio"]
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", *plugins, "-W", "error", *args],
+        cwd=where,  # its own rootdir: no configuration of this repository applies
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("page", sorted(PROJECTS), ids=lambda page: page.stem)
+def test_the_page_project_passes_its_tests(page: Path, tmp_path: Path) -> None:
+    tests = write_project(page, tmp_path)
+    done = run_pytest(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(rf"^{tests} passed in ", done.stdout, re.M), done.stdout
 
 
 # -- the demo walk-throughs ---------------------------------------------------------------
@@ -305,7 +362,10 @@ def check_step(step: Step, output: str) -> None:
         assert 1 <= retry_after <= 61  # 5/minute, sliding window counter: the next window
         assert set(seen.get("t", []) + seen.get("retry_in", [])) == {retry_after}
         assert all(retry_after <= reset <= 120 for reset in seen.get("reset", []))
-    elif "reset" in seen:  # allowed, one policy: t is when its quota is full again
+    elif "reset" in seen:
+        # Allowed, the policy's first request (the walk-throughs show no other 200's headers):
+        # one request more than r (t) and the whole quota (reset) both come back when the
+        # window ends. A later 200's reset is later (docs/guide/headers.md).
         assert set(seen.get("t", seen["reset"])) == set(seen["reset"])
         assert all(1 <= reset <= 60 for reset in seen["reset"])
     assert all(0 <= reset <= 120 for reset in seen.get("json_reset", []))

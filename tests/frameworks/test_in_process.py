@@ -17,18 +17,29 @@ import httpx
 import pytest
 
 from asgi_ratelimit import Decision
+from tests.frameworks._lifespan import lifespan
 from tests.frameworks._limits import limited
 
 SLOW_DOWN = (429, {"content-type": "text/plain", "x-hook": "tuple"}, b"slow down")
 
 
 def _framework_app(name: str) -> Any:
-    return importlib.import_module(f"tests.frameworks.app_{name}").framework_app
+    module = importlib.import_module(f"tests.frameworks.app_{name}")
+    if name != "sanic":
+        return module.framework_app
+    # Sanic starts an app once per process: each test starts one of its own, without the
+    # start-up rewrite of Sanic's own classes (TOUCHUP) that only the first app may do.
+    app = module.new_app()
+    app.config.TOUCHUP = False
+    return app
 
 
 async def _get_limited(app: Any, times: int) -> list[httpx.Response]:
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+    async with (
+        lifespan(app),  # Sanic serves nothing before its startup
+        httpx.AsyncClient(transport=transport, base_url="http://testserver") as http,
+    ):
         return [await http.get("/limited") for _ in range(times)]
 
 
@@ -40,7 +51,8 @@ def _assert_default_refusal(response: httpx.Response) -> None:
 
 
 @pytest.mark.parametrize(
-    "framework", ["starlette", "fastapi", "litestar", "quart", "falcon", "django"]
+    "framework",
+    ["starlette", "fastapi", "litestar", "quart", "falcon", "django", "sanic", "blacksheep"],
 )
 async def test_a_tuple_from_on_limited_answers_on_every_framework(framework: str) -> None:
     app = limited(_framework_app(framework), on_limited=lambda scope, decision: SLOW_DOWN)
@@ -88,12 +100,26 @@ def _django_response() -> Any:
     return HttpResponse("slow down", status=429)
 
 
+def _sanic_response() -> Any:
+    from sanic.response import text
+
+    return text("slow down", status=429)
+
+
+def _blacksheep_response() -> Any:
+    from blacksheep import Response
+
+    return Response(429, content=None)
+
+
 @pytest.mark.parametrize(
     ("framework", "make_response", "type_name"),
     [
         ("litestar", _litestar_response, "Response"),
         ("quart", _quart_response, "Response"),
         ("django", _django_response, "HttpResponse"),
+        ("sanic", _sanic_response, "HTTPResponse"),
+        ("blacksheep", _blacksheep_response, "Response"),
     ],
 )
 async def test_a_framework_response_that_is_not_asgi_is_logged_once_and_refused_as_default(
@@ -102,8 +128,9 @@ async def test_a_framework_response_that_is_not_asgi_is_logged_once_and_refused_
     type_name: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # Litestar's, Quart's and Django's Response objects are not ASGI apps: the middleware
-    # cannot send them, says so once, and answers its own 429 (never a 500).
+    # Litestar's, Quart's, Django's, Sanic's and BlackSheep's Response objects are not ASGI
+    # apps: the middleware cannot send them, says so once, and answers its own 429 (never a
+    # 500).
     app = limited(_framework_app(framework), on_limited=lambda scope, decision: make_response())
     with caplog.at_level(logging.ERROR, logger="asgi_ratelimit"):
         responses = await _get_limited(app, 6)

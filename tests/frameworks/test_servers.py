@@ -1,4 +1,4 @@
-"""Six frameworks behind the middleware, each served by four real servers, spoken to over HTTP.
+"""Eight frameworks behind the middleware, each served by four real servers, spoken to over HTTP.
 
 Every (framework, server) pair starts two subprocesses once for the module (one plain, one
 with a root path of ``/api``) and runs the checks below against them: the rule counts exactly,
@@ -22,7 +22,9 @@ import pytest
 
 from tests.frameworks._servers import SERVERS, serve
 
-FRAMEWORKS = ("starlette", "fastapi", "litestar", "quart", "falcon", "django")
+FRAMEWORKS = (
+    "starlette", "fastapi", "litestar", "quart", "falcon", "django", "sanic", "blacksheep"
+)  # fmt: skip
 #: The content-type each framework gives our text/plain handlers.
 CONTENT_TYPE = {
     "asgi2": "text/plain",
@@ -32,11 +34,13 @@ CONTENT_TYPE = {
     "quart": "text/plain",
     "falcon": "text/plain; charset=utf-8",
     "django": "text/plain",
+    "sanic": "text/plain; charset=utf-8",
+    "blacksheep": "text/plain; charset=utf-8",
 }
-#: The status the framework answers for ``/files/a%2Fb``: every one of the six routes on the
-#: decoded path, where ``/files/a/b`` is two segments and no route (Sanic and BlackSheep, which
-#: route on raw_path, would serve it). Served or not, the rule counts it.
-ENCODED_SLASH_STATUS = dict.fromkeys(FRAMEWORKS, 404)
+#: The status the framework answers for ``/files/a%2Fb``: six of them route on the decoded
+#: path, where ``/files/a/b`` is two segments and no route; Sanic (on ``raw_path``: its name
+#: is ``a%2Fb``) and BlackSheep (``a/b``) serve it. Served or not, the rule counts it.
+ENCODED_SLASH_STATUS = {**dict.fromkeys(FRAMEWORKS, 404), "sanic": 200, "blacksheep": 200}
 ROOT = "/api"
 
 
@@ -54,10 +58,11 @@ class Deployment:
 
     @property
     def rooted_status(self) -> int:
-        # Falcon routes on the whole path (it never strips root_path): under /api its
-        # "/limited" route is not found, so a Falcon app behind a root path registers its
-        # routes with the prefix (docs/frameworks/falcon.md). The rule counts it either way.
-        return 404 if self.framework == "falcon" else 200
+        # Falcon and Sanic route on the whole path (they never strip root_path): under /api
+        # their "/limited" route is not found, so such an app behind a root path registers
+        # its routes with the prefix (docs/frameworks/falcon.md, sanic.md). The rule counts
+        # it either way.
+        return 404 if self.framework in ("falcon", "sanic") else 200
 
 
 PAIRS = [(framework, server) for framework in FRAMEWORKS for server in SERVERS]
