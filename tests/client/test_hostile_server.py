@@ -88,6 +88,18 @@ def test_a_negative_t_is_no_signal_to_the_sync_transport_sleeping_for_real() -> 
     assert len(server.sent) == 3  # type: ignore[attr-defined]
 
 
+def test_a_server_that_refuses_1100_times_in_a_row_gets_its_last_answer() -> None:
+    # The backoff's ceiling doubles per attempt: 2 ** 1099 is more than a float holds.
+    sleeps = Sleeps()
+    server = answering(httpx.Response(503))
+    transport = RateLimitTransport(httpx.MockTransport(server), max_attempts=1100, cap=0,
+                                   sleep=sleeps.sync, clock=sleeps.clock)  # fmt: skip
+    with httpx.Client(transport=transport) as client:
+        assert client.get(URL).status_code == 503
+    assert len(server.sent) == 1100  # type: ignore[attr-defined]
+    assert sleeps.seconds == [0.0] * 1099
+
+
 _ASCTIME = "Sun Sep  9 02:07:00 2001"  # NOW + 1,220 s, in asctime's form (no zone: GMT)
 # (the Retry-After lines, the waits (reason, seconds), requests sent); base=0 and jitter=0:
 # a backoff is 0 s and a server-given wait is exact.
