@@ -4,6 +4,8 @@
 - ``/flaky``: refuses each client's first request with only ``Retry-After`` as an HTTP date
   (a service that sends no ``RateLimit`` headers), then answers 200; GET and POST
 - ``/write``: POST, 1 a minute per client IP
+- ``/hostile``: a broken server's 429, always: ``Retry-After: ²``, negative ``t``, negative
+  ``q`` and ``w``, and a ``RateLimit`` field of 60,000 spaces
 """
 
 from __future__ import annotations
@@ -41,12 +43,22 @@ async def flaky(request: Request) -> Response:
     return PlainTextResponse("ok")
 
 
+async def hostile(request: Request) -> Response:
+    headers = {
+        "retry-after": "\u00b2",  # sent as the byte 0xb2 (latin-1), as a server would
+        "ratelimit": '"a";r=0;t=-5, "b";r=0;t=-43000000, "c";' + " " * 60_000 + "X",
+        "ratelimit-policy": '"a";q=-1;w=-60',
+    }
+    return PlainTextResponse("busy", status_code=429, headers=headers)
+
+
 app = Starlette(
     routes=[
         Route("/ready", ok),
         Route("/search", ok),
         Route("/flaky", flaky, methods=["GET", "POST"]),
         Route("/write", ok, methods=["POST"]),
+        Route("/hostile", hostile),
     ]
 )
 app.add_middleware(RateLimitMiddleware, limiter=limiter)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -74,3 +75,20 @@ async def test_a_refused_post_is_returned_with_its_headers(server: str) -> None:
     assert (refused.status_code, again.status_code) == (429, 429)
     assert refused.headers["retry-after"] == refused.headers["ratelimit"].rsplit("t=", 1)[1]
     assert waits == []
+
+
+async def test_a_hostile_server_gets_backoffs_within_max_wait_never_an_error(server: str) -> None:
+    # Its Retry-After, t, q and w are all unreadable or negative: no signal, so the transports
+    # back off (here at most 10 ms, really slept) and return its last 429 as it is.
+    options: dict[str, Any] = {"max_attempts": 3, "base": 0.01, "cap": 0.01, "max_wait": 1}
+    async_waits: list[Wait] = []
+    transport = AsyncRateLimitTransport(on_wait=async_waits.append, **options)
+    async with httpx.AsyncClient(transport=transport, base_url=server) as client:
+        assert (await client.get("/hostile")).status_code == 429
+    sync_waits: list[Wait] = []
+    with httpx.Client(transport=RateLimitTransport(on_wait=sync_waits.append, **options),
+                      base_url=server) as sync_client:  # fmt: skip
+        assert sync_client.get("/hostile").status_code == 429
+    for waits in (async_waits, sync_waits):
+        assert [w.reason for w in waits] == ["backoff", "backoff"]
+        assert all(0 <= w.seconds <= 0.01 for w in waits)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import threading
-from collections.abc import Callable
 
 import httpx
 import pytest
@@ -16,41 +15,9 @@ import pytest
 from asgi_ratelimit.client import AsyncRateLimitTransport, RateLimitTransport, Wait
 from asgi_ratelimit.client._fields import items, retry_after
 
+from .fakes import Sleeps, answering
+
 URL = "https://api.test/search"
-
-
-def answering(*responses: httpx.Response) -> Callable[[httpx.Request], httpx.Response]:
-    """A server that answers ``responses`` in turn (the last one forever); counts requests."""
-    queue = list(responses)
-    sent: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        return queue.pop(0) if len(queue) > 1 else queue[0]
-
-    handler.sent = sent  # type: ignore[attr-defined]
-    return handler
-
-
-class Sleeps:
-    """Records waits instead of waiting, and moves `clock` on by them (unless ``frozen``:
-    then every request is decided at the same instant)."""
-
-    def __init__(self, frozen: bool = False) -> None:
-        self.seconds: list[float] = []
-        self.now = 0.0
-        self.frozen = frozen
-
-    def clock(self) -> float:
-        return self.now
-
-    async def __call__(self, seconds: float) -> None:
-        self.sync(seconds)
-
-    def sync(self, seconds: float) -> None:
-        self.seconds.append(round(seconds, 6))
-        if not self.frozen:
-            self.now += seconds
 
 
 async def test_a_client_side_limit_paces_concurrent_requests_exactly() -> None:
@@ -79,6 +46,18 @@ def test_the_sync_transport_is_exact_across_threads() -> None:
         for thread in threads:
             thread.join()
     assert sorted(sleeps.seconds) == [round(0.1 * n, 6) for n in range(1, 21)]
+
+
+async def test_two_hosts_given_the_same_rate_have_a_budget_each() -> None:
+    sleeps = Sleeps(frozen=True)
+    transport = AsyncRateLimitTransport(
+        httpx.MockTransport(answering(httpx.Response(200))), sleep=sleeps, clock=sleeps.clock,
+        limits={"a.test": "2/second", "b.test": "2/second"},
+    )  # fmt: skip
+    async with httpx.AsyncClient(transport=transport) as client:
+        for host in ["a.test", "a.test", "b.test", "b.test", "a.test"]:
+            await client.get(f"https://{host}/")
+    assert sleeps.seconds == [0.5]  # a's third only: b's two were b's own
 
 
 async def test_it_paces_by_what_the_server_said() -> None:
@@ -158,6 +137,30 @@ async def test_max_wait_returns_the_refusal_rather_than_wait_longer() -> None:
     assert len(server.sent) == 1  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_paces_and_retries_together_never_wait_past_max_wait(kind: str) -> None:
+    sleeps = Sleeps()
+    server = answering(
+        httpx.Response(200, headers={"ratelimit": '"p";r=0;t=40'}),
+        httpx.Response(429, headers={"retry-after": "30"}),
+    )
+    options = {"max_wait": 60, "jitter": 0, "clock": sleeps.clock}
+    if kind == "async":
+        transport = AsyncRateLimitTransport(httpx.MockTransport(server), sleep=sleeps, **options)
+        async with httpx.AsyncClient(transport=transport) as client:
+            await client.get(URL)
+            refused = await client.get(URL)
+    else:
+        sync = RateLimitTransport(httpx.MockTransport(server), sleep=sleeps.sync, **options)
+        with httpx.Client(transport=sync) as client:
+            client.get(URL)
+            refused = client.get(URL)
+    # The second request waited 40 s for the quota it was told of; 30 s more would be 70.
+    assert refused.status_code == 429
+    assert sleeps.seconds == [40.0]
+    assert len(server.sent) == 2  # type: ignore[attr-defined]
+
+
 async def test_what_is_never_retried() -> None:
     server = answering(httpx.Response(429, headers={"retry-after": "1"}))
     transport = AsyncRateLimitTransport(httpx.MockTransport(server), sleep=Sleeps())
@@ -195,3 +198,7 @@ def test_bad_options_are_refused() -> None:
         AsyncRateLimitTransport(max_attempts=0)
     with pytest.raises(ValueError, match="jitter=-1"):
         RateLimitTransport(jitter=-1)
+    with pytest.raises(ValueError, match="max_wait=inf: give a finite number >= 0"):
+        RateLimitTransport(max_wait=float("inf"))
+    with pytest.raises(ValueError, match="base=nan"):
+        AsyncRateLimitTransport(base=float("nan"))

@@ -5,24 +5,33 @@ It learns each origin's policies from the responses (``RateLimit-Policy``: ``q``
 applies the limits the user sets for services that send no headers (``limits={"host":
 "10/second"}``) with this package's own algorithms (GCRA by default). ``reserve`` decides and
 counts a request in one step under a lock, so concurrent requests (tasks or threads) never
-take the same unit of quota twice.
+take the same unit of quota twice. What it learns is bounded, whatever the servers say:
+``MAX_POLICIES`` policies per origin and ``MAX_ORIGINS`` origins, the least recently used
+forgotten first.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._rates import Limit, LimitsLike, parse_limits
 from ..backends._memory import MemoryBackend
 from ..backends._protocol import Check
-from ._fields import items
+from ._fields import count, items
 
 __all__ = ["Pacer"]
 
 #: Attempts to find an instant a client-side limit admits (each one waits for the last).
 _TRIES = 64
+#: Origins a transport remembers (their learned policies and requests in flight); the one
+#: heard from least recently is forgotten first. A client of many hosts (a crawler) stays
+#: bounded, and a forgotten origin is only learned again.
+MAX_ORIGINS = 1024
+#: Policies remembered per origin, the least recently told forgotten first: a server that
+#: names new policies on every response cannot grow the client.
+MAX_POLICIES = 16
 
 
 @dataclass
@@ -36,32 +45,52 @@ class _Policy:
     interval: float | None
 
 
+@dataclass
+class _Origin:
+    """What one transport knows of one origin."""
+
+    #: requests sent and not answered yet
+    in_flight: int = 0
+    #: (policy name, partition key) -> what the server last said of it, oldest first
+    policies: dict[tuple[str, object], _Policy] = field(default_factory=dict)
+
+
 class Pacer:
     """Learned and configured limits of every origin one transport talks to."""
 
     def __init__(self, limits: Mapping[str, LimitsLike] | None, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._learned: dict[str, dict[tuple[str, object], _Policy]] = {}
-        self._in_flight: dict[str, int] = {}
+        self._origins: dict[str, _Origin] = {}
         self._limits: dict[str, tuple[Limit, ...]] = {}
         for origin, origin_limits in (limits or {}).items():
             self._limits[origin.lower()] = _client_limits(origin_limits)
         self._at = 0.0
         self._backend = MemoryBackend(clock=lambda: self._at)
 
+    def _origin(self, origin: str) -> _Origin:
+        """``origin``'s record, now the most recently used (called under the lock)."""
+        known = self._origins.pop(origin, None)
+        if known is None:
+            known = _Origin()
+            if len(self._origins) >= MAX_ORIGINS:
+                del self._origins[next(iter(self._origins))]
+        self._origins[origin] = known
+        return known
+
     def reserve(self, origin: str) -> float:
         """Seconds to wait before sending one request to ``origin``; counts it as sent."""
         with self._lock:
             now = self._clock()
             delay = 0.0
-            learned = self._learned.get(origin, {})
+            known = self._origin(origin)
+            learned = known.policies
             for policy in learned.values():
                 if policy.remaining <= 0:
                     delay = max(delay, policy.next_at - now)
             limits = self._limits.get(origin)
             if limits:
-                delay = self._configured(limits, now, delay)
+                delay = self._configured(origin, limits, now, delay)
             send_at = now + delay
             for policy in learned.values():
                 if policy.remaining > 0:
@@ -69,11 +98,14 @@ class Pacer:
                 else:  # it goes when more quota comes; the next one waits another interval
                     step = policy.interval or 0.0
                     policy.next_at = max(policy.next_at, send_at) + step
-            self._in_flight[origin] = self._in_flight.get(origin, 0) + 1
+            known.in_flight += 1
             return delay
 
-    def _configured(self, limits: tuple[Limit, ...], now: float, delay: float) -> float:
-        checks = [Check("client", limit, 1, "") for limit in limits]
+    def _configured(
+        self, origin: str, limits: tuple[Limit, ...], now: float, delay: float
+    ) -> float:
+        # Keyed by the origin: two hosts given the same rate have a budget each.
+        checks = [Check(origin, limit, 1, "") for limit in limits]
         for _ in range(_TRIES):
             self._at = now + delay
             outcomes, _ = self._backend.decide(checks)
@@ -85,23 +117,27 @@ class Pacer:
     def learn(self, origin: str, headers: Mapping[str, str]) -> None:
         """Take in what a response said (its ``RateLimit`` and ``RateLimit-Policy``)."""
         with self._lock:
-            in_flight = self._in_flight.get(origin, 1)
-            self._in_flight[origin] = max(0, in_flight - 1)
+            known = self._origin(origin)
+            in_flight = max(1, known.in_flight)
+            known.in_flight = in_flight - 1
             states = items(headers.get("ratelimit"))
             if not states:
                 return
             now = self._clock()
             paces = {}
             for name, params in items(headers.get("ratelimit-policy")):
-                q, w = params.get("q"), params.get("w")
-                if isinstance(q, int) and isinstance(w, int) and q > 0:
+                q, w = count(params, "q"), count(params, "w")
+                if q and w is not None:
                     paces[name, params.get("pk")] = w / q
-            learned = self._learned.setdefault(origin, {})
+            learned = known.policies
             for name, params in states:
-                r, t = params.get("r"), params.get("t")
-                if not isinstance(r, int) or not isinstance(t, int):
+                r, t = count(params, "r"), count(params, "t")
+                if r is None or t is None:
                     continue
                 key = (name, params.get("pk"))
+                learned.pop(key, None)
+                if len(learned) >= MAX_POLICIES:
+                    del learned[next(iter(learned))]
                 # Requests sent after this one and not answered yet took quota the server
                 # had not counted when it answered.
                 learned[key] = _Policy(max(0, r - (in_flight - 1)), now + t, paces.get(key))

@@ -8,12 +8,15 @@ a 429 or 503: wait ``Retry-After`` (seconds or HTTP date), else the exhausted po
 ``RateLimit`` ``t``, else an exponential backoff with full jitter; server-given waits get
 jitter too, so that clients refused together do not return together. Only idempotent requests
 (or those with an ``Idempotency-Key``) are retried, never a streamed body; past
-``max_attempts`` or ``max_wait`` the last response is returned as it is.
+``max_attempts`` or ``max_wait`` the last response is returned as it is. ``max_wait`` bounds
+every wait of one request in all, paces and retries alike, whatever a server says: a header
+that is unreadable, negative or huge is no signal, and never an exception.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -23,7 +26,7 @@ from typing import Literal
 import httpx
 
 from .._rates import LimitsLike
-from ._fields import items, retry_after
+from ._fields import count, items, retry_after
 from ._pacer import Pacer
 
 __all__ = ["AsyncRateLimitTransport", "RateLimitTransport", "Wait"]
@@ -67,8 +70,9 @@ class _Policy:
             raise ValueError(f"max_attempts={max_attempts!r}: give a whole number >= 1")
         for name, value in (("max_wait", max_wait), ("base", base), ("cap", cap),
                             ("jitter", jitter)):  # fmt: skip
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name}={value!r}: give a number >= 0")
+            finite = isinstance(value, (int, float)) and 0 <= value < math.inf
+            if isinstance(value, bool) or not finite:
+                raise ValueError(f"{name}={value!r}: give a finite number >= 0")
         self.max_attempts = max_attempts
         self.max_wait = max_wait
         self.base, self.cap, self.jitter = base, cap, jitter
@@ -82,11 +86,12 @@ class _Policy:
         url = request.url
         return f"{url.host}:{url.port}" if url.port else url.host
 
-    def pace(self, origin: str) -> float:
-        """Seconds to wait before sending, so as not to be refused; 0 when that is longer
-        than ``max_wait`` (the server's answer then comes at once)."""
+    def pace(self, origin: str, waited: float) -> float:
+        """Seconds to wait before sending, so as not to be refused; 0 when that would take
+        the request's waits (``waited`` so far) past ``max_wait``: the server's answer then
+        comes at once."""
         delay = self.pacer.reserve(origin)
-        return delay if delay <= self.max_wait else 0.0
+        return delay if waited + delay <= self.max_wait else 0.0
 
     def retryable(self, request: httpx.Request) -> bool:
         """Whether ``request`` may be sent twice: an idempotent method (or an
@@ -99,7 +104,8 @@ class _Policy:
     def retry_wait(
         self, request: httpx.Request, response: httpx.Response, attempt: int, waited: float
     ) -> Wait | None:
-        """The wait before the next attempt, or None to return ``response`` as it is."""
+        """The wait before the next attempt, or None to return ``response`` as it is: never
+        negative, and never past what is left of ``max_wait`` after ``waited``."""
         if response.status_code not in RETRIED_STATUSES:
             return None
         if attempt >= self.max_attempts:
@@ -112,18 +118,23 @@ class _Policy:
             exhausted = [
                 t
                 for _, params in items(response.headers.get("ratelimit"))
-                if params.get("r") == 0 and isinstance(t := params.get("t"), int)
+                if count(params, "r") == 0 and (t := count(params, "t")) is not None
             ]
             if exhausted:
                 reason, seconds = "ratelimit", float(max(exhausted))
             else:
                 reason = "backoff"
-                seconds = self.rng.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1)))
-        if reason != "backoff" and self.jitter:
-            # Clients refused together are told the same instant: spread them over it.
-            seconds += self.rng.uniform(0, self.jitter * max(seconds, 1.0))
-        if waited + seconds > self.max_wait:
+                # The exponent stops growing long before the cap stops mattering, and before
+                # 2 ** attempt could overflow a float.
+                ceiling = self.base * 2.0 ** min(attempt - 1, 64)
+                seconds = self.rng.uniform(0, min(self.cap, ceiling))
+        left = self.max_wait - waited
+        if seconds > left:
             return None
+        if reason != "backoff" and self.jitter:
+            # Clients refused together are told the same instant: spread them over it (within
+            # what is left of max_wait: the total never passes it).
+            seconds = min(left, seconds + self.rng.uniform(0, self.jitter * max(seconds, 1.0)))
         return Wait(reason, seconds, attempt, request)
 
     def told(self, wait: Wait) -> None:
@@ -166,7 +177,8 @@ class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
         async with httpx.AsyncClient(transport=transport) as client:
             response = await client.get("https://api.example.com/search")   # never a burst
 
-    ``max_attempts`` (default 5) and ``max_wait`` (seconds, default 60) bound the retries;
+    ``max_attempts`` (default 5) bounds the attempts and ``max_wait`` (seconds, default 60)
+    all the waits of one request, paces and retries together;
     ``base`` and ``cap`` shape the backoff without a signal; ``jitter`` (default 0.5) adds up
     to that share of a server-given wait; ``retry_methods`` widens what is retried;
     ``on_wait(Wait)`` hears each wait (they are logged at INFO on
@@ -194,10 +206,11 @@ class AsyncRateLimitTransport(httpx.AsyncBaseTransport):
         retryable = policy.retryable(request)
         attempt, waited = 1, 0.0
         while True:
-            delay = policy.pace(origin)
+            delay = policy.pace(origin, waited)
             if delay > 0:
                 policy.told(Wait("pace", delay, attempt, request))
                 await self._sleep(delay)  # type: ignore[misc]
+                waited += delay
             response = await self._transport.handle_async_request(request)
             policy.pacer.learn(origin, response.headers)
             wait = policy.retry_wait(request, response, attempt, waited) if retryable else None
@@ -238,10 +251,11 @@ class RateLimitTransport(httpx.BaseTransport):
         retryable = policy.retryable(request)
         attempt, waited = 1, 0.0
         while True:
-            delay = policy.pace(origin)
+            delay = policy.pace(origin, waited)
             if delay > 0:
                 policy.told(Wait("pace", delay, attempt, request))
                 self._sleep(delay)
+                waited += delay
             response = self._transport.handle_request(request)
             policy.pacer.learn(origin, response.headers)
             wait = policy.retry_wait(request, response, attempt, waited) if retryable else None
