@@ -372,10 +372,15 @@ class RateLimiter:
         fallback = self.engine.fallback
         if fallback is not None:
             await fallback.reset(key, parsed)
+        # Every other process may have cached denials of ``key``: they drop them at their
+        # next sync of the live overrides (within a second).
+        await self.overrides.announce_reset()
 
     async def reset_identity(self, identity_key: str) -> None:
         """Restore every budget of one identity: rules, route limits, default limits, direct
-        use. ``identity_key`` is an `Identity.key` (``"user:42"``, ``"ip:203.0.113.7"``)."""
+        use. ``identity_key`` is an `Identity.key` (``"user:42"``, ``"ip:203.0.113.7"``).
+        On a shared backend every worker admits the identity again within a second (each
+        drops the denials it cached at its next sync)."""
         await self.reset(identity_key)
 
     def _direct_checks(

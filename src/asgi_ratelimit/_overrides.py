@@ -12,6 +12,10 @@ reloading the hash only when it changed: a change reaches every worker within a 
 requests never wait on it. A request looks its identity up in that dict; while no override
 exists anywhere, the request path does not even do that (`on_change` rebinds it).
 
+A reset (`RateLimiter.reset`, ``asgi-ratelimit reset``) increments the same counter
+(`announce_reset`): at its next sync every process drops the denials its backend cached
+(`SharedStore.drop_cached`), which the reset made wrong.
+
 What the hash holds is read as hostile: an entry that is not what `set` writes is skipped
 with one ERROR naming its identity, whose normal limits then apply; every other entry, and
 every later change, still reaches every process.
@@ -33,12 +37,15 @@ from ._log_once import LogOnce
 from ._rates import Limit, LimitsLike, parse_limits
 from .backends._protocol import Backend, SharedStore
 
-__all__ = ["SYNC_EVERY", "Override", "Overrides"]
+__all__ = ["REACHES_EVERY_PROCESS", "SYNC_EVERY", "Override", "Overrides"]
 
 logger = logging.getLogger("asgi_ratelimit")
 
 #: Seconds between two reads of the version counter: changes reach workers within a second.
 SYNC_EVERY = 0.5
+#: Seconds within which a change (an override, a reset) is in force in every process: a
+#: sync that started just before the change, then the next one.
+REACHES_EVERY_PROCESS = 2 * SYNC_EVERY
 #: The policy key of an override of every policy.
 _EVERY = "*"
 #: The largest stored entry read (`set` writes a few hundred bytes): past it, not parsed.
@@ -191,8 +198,9 @@ class Overrides:
     # -- keeping every process current ---------------------------------------------------------
 
     async def sync(self) -> None:
-        """Read the shared version; when it changed, read every override again. Never raises
-        for what the hash holds: a bad entry is skipped (see `_readable`)."""
+        """Read the shared version; when it changed, read every override again and drop the
+        denials the backend cached (a reset, or another process's change, made them wrong).
+        Never raises for what the hash holds: a bad entry is skipped (see `_readable`)."""
         if self._store is None:
             return
         store, key = self._store, self._store.shared_key("overrides")
@@ -217,7 +225,16 @@ class Overrides:
             if overrides:
                 active[identity_key] = overrides
         self._install(active)
+        store.drop_cached()
         self._version = version
+
+    async def announce_reset(self) -> None:
+        """Tell every process that budgets were reset here: at its next sync (within
+        `REACHES_EVERY_PROCESS` seconds) each drops the denials its backend cached, which
+        would go on refusing what the reset gave back."""
+        if self._store is not None:
+            key = self._store.shared_key("overrides")
+            await self._store.command(key, "INCR", key + ":version")
 
     def start(self) -> None:
         """Keep this process's overrides current (a shared backend only), on the running

@@ -15,6 +15,7 @@ from rich.table import Table
 from .._errors import ConfigurationError
 from .._identity import Identity
 from .._limiter import RateLimiter
+from .._overrides import REACHES_EVERY_PROCESS
 from ..http.identity._country import country_code
 from ._app import app
 
@@ -60,7 +61,10 @@ def reset(identity: IdentityKey, storage: Storage) -> None:
     """Give an identity every budget back: rules, route limits, direct use."""
     limiter = limiter_on(storage)
     asyncio.run(_reset(limiter, identity))
-    typer.echo(f"{identity}: every budget is full again")
+    typer.echo(
+        f"{identity}: every budget is full again, in every worker within "
+        f"{REACHES_EVERY_PROCESS:g} s"
+    )
 
 
 def limiter_on(storage: str, rules: Path | None = None, country: str | None = None) -> RateLimiter:

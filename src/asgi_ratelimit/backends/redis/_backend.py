@@ -292,6 +292,12 @@ class RedisBackend:
         """``prefix{name}``: a record of the limiter's own (one Cluster slot per name)."""
         return f"{self.prefix}{{{name}}}"
 
+    def drop_cached(self) -> None:
+        """Forget the denials cached here (`DenyCache`): another process reset budgets or
+        changed an override. Each identity still refused costs one call to find out again."""
+        if self.deny_cache is not None:
+            self.deny_cache.clear()
+
     async def command(self, key: str, *args: str | bytes) -> Any:
         """Run one command on the server that holds ``key`` (the live overrides' records);
         `BackendError` when it fails."""
