@@ -30,13 +30,14 @@ from ..._errors import BackendError, ConfigurationError
 from ..._rates import Limit
 from ...algorithms import Outcome
 from .._protocol import Check, Result
+from ._acl import acl_rules
 from ._connection import ConnectionLost, ReplyError, running_loop
 from ._cross_slot import run_across_slots
 from ._deny_cache import DenyCache
 from ._health import Health
 from ._keys import KeyNames
 from ._leases import RedisLeases
-from ._node import Node, fix_for
+from ._node import Node
 from ._resp import pack
 from ._script import Mode, decode
 from ._script_caller import ScriptCaller
@@ -168,14 +169,18 @@ class RedisBackend:
             self.command, self._keys, None if clock is None else self._local_now, ttl_margin_ms
         )
         self.health = Health(lambda: repr(self))
+        key_pattern = _glob_escape(prefix) + "*"
 
         def make_node(
             server: ServerSettings,
             locate: Callable[[], Awaitable[ServerSettings]] | None = None,
         ) -> Node:
+            acl = acl_rules(
+                key_pattern, target.kind, db=server.db, client_name=bool(server.client_name)
+            )
             return Node(
                 server, budget=self.timeout, health=self.health, probe=self._probe,
-                threshold=failure_threshold, cooldown=float(cooldown), locate=locate,
+                threshold=failure_threshold, cooldown=float(cooldown), locate=locate, acl=acl,
             )  # fmt: skip
 
         self._target = target
@@ -372,10 +377,15 @@ class RedisBackend:
         """Open the backend (what an app's lifespan does): it never fails start-up unless
         ``fail_fast=True``; then a server that cannot serve raises `ConfigurationError`."""
         for node, exc in await self._start():
-            fix = fix_for(exc, node.server) if isinstance(exc, ReplyError) else None
+            fix = node.fix(exc) if isinstance(exc, ReplyError) else None
             if self.fail_fast:
                 await self.aclose()
-                hint = fix or "start Redis there or fix the address"
+                if fix is not None:
+                    hint = fix
+                elif isinstance(exc, ReplyError):
+                    hint = "Redis refused what the rate limiter sent (see its answer)"
+                else:
+                    hint = "start Redis there or fix the address"
                 raise ConfigurationError(
                     f"{self!r} cannot start: Redis at {node.name}: {exc}: {hint}"
                 ) from exc
@@ -417,7 +427,7 @@ class RedisBackend:
         """An error reply no retry cures: a configuration problem, or a bug of ours."""
         node = self._topology.node_for(_slot_of(key)) if self._topology.cluster else None
         node = node or self._topology.nodes[0]
-        fix = fix_for(exc, node.server)
+        fix = node.fix(exc)
         if fix is not None:
             node.failed(str(exc), fix)
         else:
