@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .http._own_keys import KeyFunction
     from .integrations._endpoint import CostLike, EndpointKey, EndpointLimit
     from .integrations._fastapi import RateLimitDependency
+    from .integrations._route_doors import RouteDoors
     from .integrations._starlette import Endpoint
     from .integrations._usage import UsageEndpoint
     from .settings import RateLimitSettings
@@ -188,6 +189,9 @@ class RateLimiter:
         ] = {}
         #: the named route limits (``limit(..., name=...)``), which the usage endpoint reports
         self.named_limits: dict[str, EndpointLimit] = {}
+        #: the route limits of each route, which a refusal lists (made by the first route
+        #: limit; None: the limiter has none)
+        self.route_doors: RouteDoors | None = None
         #: a route limit counts by outcome (``count_when``): the middleware then records every
         #: response's status for it
         self.settles_routes = False
