@@ -12,15 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = [
-    "CLIENT_NAME",
-    "CLUSTER",
-    "COMMANDS",
-    "SELECT",
-    "SENTINEL",
-    "SENTINEL_MASTER",
-    "acl_rules",
-]
+__all__ = ["COMMANDS", "SENTINEL", "acl_rules"]
 
 #: What every limiter sends, as ACL names (``+name``).
 COMMANDS: tuple[str, ...] = (
@@ -35,10 +27,10 @@ COMMANDS: tuple[str, ...] = (
     "hget", "hgetall", "hset", "hdel", "incr", "scan",
 )  # fmt: skip
 #: What some deployments send as well.
-SELECT = ("select",)  # a database other than 0
-CLIENT_NAME = ("client|setname",)  # a client_name= of the connection
-SENTINEL_MASTER = ("role",)  # is it still the master?
-CLUSTER = ("cluster|info", "cluster|slots", "asking")  # the slot map, a slot in migration
+_SELECT = ("select",)  # a database other than 0
+_CLIENT_NAME = ("client|setname",)  # a client_name= of the connection
+_SENTINEL_MASTER = ("role",)  # is it still the master?
+_CLUSTER = ("cluster|info", "cluster|slots", "asking")  # the slot map, a slot in migration
 #: What a sentinel's own user needs (``sentinel_username=``): where is the master?
 SENTINEL = "+ping +sentinel|get-master-addr-by-name"
 
@@ -52,11 +44,11 @@ def acl_rules(
     the backend's prefix, glob-escaped, then ``*``) and every command it sends."""
     commands = [*COMMANDS]
     if db:
-        commands += SELECT
+        commands += _SELECT
     if client_name:
-        commands += CLIENT_NAME
+        commands += _CLIENT_NAME
     if kind == "sentinel":
-        commands += SENTINEL_MASTER
+        commands += _SENTINEL_MASTER
     elif kind == "cluster":
-        commands += CLUSTER
+        commands += _CLUSTER
     return " ".join([f"~{key_pattern}", *(f"+{command}" for command in commands)])
