@@ -82,7 +82,7 @@ class RouteDoors:
         """``refused`` (the middleware's refusal) with the items of its route's limits first,
         as they stand now; ``refused`` itself when the route has none (or is not known)."""
         try:
-            for route in list(self._routes.values()):
+            for route in self._routes.values():
                 if route.matches(scope):
                     break
             else:
