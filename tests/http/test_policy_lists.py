@@ -14,7 +14,7 @@ from fastapi import Depends, FastAPI, HTTPException
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from asgi_ratelimit import Limit, MemoryBackend, RateLimiter, RateLimitMiddleware, Rule
 from tests.conftest import FakeClock
@@ -124,20 +124,23 @@ async def test_a_rule_and_a_route_limit_the_route_limits_429_lists_both() -> Non
     assert refused.headers["ratelimit"] == '"/items/{item_id}";r=0;t=60, "items";r=8;t=60'
 
 
-async def test_a_decorated_starlette_route_and_a_rule() -> None:
+@pytest.mark.parametrize("mounted", [False, True])
+async def test_a_decorated_starlette_route_and_a_rule(mounted: bool) -> None:
+    path = "/api/export" if mounted else "/export"
     limiter = RateLimiter(
         backend=MemoryBackend(clock=FakeClock(ALIGNED)),
-        rules=[Rule("/export", limits=fixed("2/minute"), name="exports")],
+        rules=[Rule(path, limits=fixed("2/minute"), name="exports")],
     )
 
     @limiter.limit_endpoint(fixed("5/minute"), name="export")
     async def export(request: Request) -> Response:
         return PlainTextResponse("ok")
 
-    app = Starlette(routes=[Route("/export", export)])
+    routes = [Route("/export", export)]
+    app = Starlette(routes=[Mount("/api", routes=routes)] if mounted else routes)
     app.add_middleware(RateLimitMiddleware, limiter=limiter)
     async with client(app, "192.0.2.9") as http:
-        answers = [await http.get("/export") for _ in range(3)]
+        answers = [await http.get(path) for _ in range(3)]
     assert [answer.status_code for answer in answers] == [200, 200, 429]
     for answer in answers:
         assert lists(answer) == (["export", "exports"], ["export", "exports"])

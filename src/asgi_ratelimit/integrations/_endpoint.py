@@ -15,14 +15,12 @@ a refused request costs nothing anywhere.
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import compile_path
 
 from .._decision import (
     Charge,
@@ -49,7 +47,7 @@ from ..http._own_keys import KeyFunction, own_key
 from ..http._policy import Access
 from ..http._responses import PROBLEM_JSON, Denial, Responses, forbidden
 from ..http._rules import validate_cost
-from ._route_doors import RouteDoors
+from ._route_doors import RouteDoors, route_matcher
 
 if TYPE_CHECKING:
     from .._limiter import RateLimiter
@@ -311,7 +309,7 @@ class EndpointLimit:
         if route is None:
             route = _route_of(request)
             if not self._doors.knows(route[0], self):
-                self._doors.learn(*route, _matcher(request.scope, route[1]), self)
+                self._doors.learn(*route, route_matcher(request.scope, route[1]), self)
         route_id, route_name = route
         cost = await self._cost(request)
         if callable(self.key):  # a key of your own: None leaves this limit out
@@ -492,29 +490,6 @@ def _route_of(request: Request) -> tuple[str, str]:
     template = _include_prefix(route, _routed_path(scope)) + template
     methods = getattr(route, "methods", None) or ()
     return f"{','.join(sorted(methods))} {template}", template
-
-
-def _matcher(scope: Mapping[str, Any], template: str) -> Callable[[Mapping[str, Any]], bool]:
-    """Whether a request not yet routed is one of the route ``scope`` was routed to: its
-    methods, and its path under ``template`` (prefixes included); when no router named the
-    route (Starlette's), this request's method and path exactly."""
-    route = scope.get("route")
-    pattern = re.compile(re.escape(_routed_path(scope)) + r"\Z")
-    methods: tuple[object, ...] = (scope.get("method"),)
-    if isinstance(getattr(route, "path_format", None), str):
-        try:
-            pattern = compile_path(template)[0]
-        except ValueError:  # (a parameter named twice, by a prefix and its route)
-            pass
-        else:
-            methods = tuple(getattr(route, "methods", None) or ())
-
-    def matches(scope: Mapping[str, Any]) -> bool:
-        if methods and scope.get("method") not in methods:
-            return False
-        return pattern.match(_routed_path(scope)) is not None
-
-    return matches
 
 
 def _routed_path(scope: Mapping[str, Any]) -> str:

@@ -3,7 +3,7 @@ route, as the route's other responses do (draft-ietf-httpapi-ratelimit-headers: 
 SHOULD stay the same across the responses of a resource).
 
     doors = limiter.route_doors                          # made by the limiter's first route limit
-    doors.knows(route_id, door) or doors.learn(route_id, name, matches, door)
+    doors.knows(route_id, door) or doors.learn(route_id, name, route_matcher(scope, name), door)
     decision = await doors.refusal(scope, receive, refused)       # the middleware refused
     decision = await doors.door_refusal(request, door, refused, route, middleware=True)
 
@@ -18,10 +18,12 @@ refusals list a route's limits once this process has served one request of that 
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping, Sequence
+import re
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from starlette.requests import Request
+from starlette.routing import compile_path
 
 from .._decision import Decision, PolicyStatus
 from .._log_once import LogOnce
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from .._limiter import RateLimiter
     from ._endpoint import EndpointLimit
 
-__all__ = ["RouteDoors"]
+__all__ = ["RouteDoors", "route_matcher"]
 
 Scope = MutableMapping[str, Any]
 #: Routes remembered (an app has a few hundred at most; past this, start over).
@@ -135,3 +137,39 @@ def _listing(refused: Decision, items: Sequence[PolicyStatus]) -> Decision:
         return refused
     decision.outage = refused.outage
     return decision
+
+
+def route_matcher(scope: Mapping[str, Any], template: str) -> Callable[[Scope], bool]:
+    """Whether a request not yet routed is one of the route ``scope`` was routed to: its
+    methods, and its path under ``template`` (the whole template, mounts and prefixes
+    included); this request's method and path exactly when no router named the route, or
+    the template does not cover the path."""
+    route, path = scope.get("route"), _app_path(scope)
+    pattern = re.compile(re.escape(path) + r"\Z")
+    methods: tuple[object, ...] = (scope.get("method"),)
+    if isinstance(getattr(route, "path_format", None), str):
+        try:
+            template_pattern = compile_path(template)[0]
+        except ValueError:  # (a parameter named twice, by a prefix and its route)
+            template_pattern = None
+        # A template that does not cover this very request lacks a prefix: the path it is.
+        if template_pattern is not None and template_pattern.match(path):
+            pattern = template_pattern
+            methods = tuple(getattr(route, "methods", None) or ())
+
+    def matches(scope: Scope) -> bool:
+        if methods and scope.get("method") not in methods:
+            return False
+        return pattern.match(_app_path(scope)) is not None
+
+    return matches
+
+
+def _app_path(scope: Mapping[str, Any]) -> str:
+    """The path the app routes on: without the root path the app was given (a ``Mount``
+    inside the app moves ``root_path``; ``app_root_path`` keeps where the app starts)."""
+    path = scope.get("path") or "/"
+    root = scope.get("app_root_path", scope.get("root_path")) or ""
+    if not isinstance(path, str) or not isinstance(root, str):
+        return "/"
+    return path[len(root) :] or "/" if root and path.startswith(root) else path
