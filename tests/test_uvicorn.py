@@ -86,8 +86,10 @@ def test_login_brute_force_over_the_wire(example: ModuleType) -> None:
         assert denied.status_code == 429
         assert denied.headers["retry-after"] == "61"
         assert denied.headers["content-type"] == "application/problem+json"
-        assert denied.headers["ratelimit-policy"] == '"login";q=5;w=60'
-        assert denied.headers["ratelimit"].startswith('"login";r=0;')
+        # Every policy of the route, as on its 401s: alice's failures as they stand (5 of 10).
+        assert denied.headers["ratelimit-policy"] == '"login-user";q=10;w=3600, "login";q=5;w=60'
+        assert denied.headers["ratelimit"].startswith('"login-user";r=5;t=')
+        assert '"login";r=0;t=61' in denied.headers["ratelimit"]
         assert denied.json()["violated-policies"] == ["login"]
 
         clock.advance(61)

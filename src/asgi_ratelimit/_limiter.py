@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from .http._own_keys import KeyFunction
     from .integrations._endpoint import CostLike, EndpointKey, EndpointLimit
     from .integrations._fastapi import RateLimitDependency
+    from .integrations._route_doors import RouteDoors
     from .integrations._starlette import Endpoint
     from .integrations._usage import UsageEndpoint
     from .settings import RateLimitSettings
@@ -201,6 +202,9 @@ class RateLimiter:
         ] = {}
         #: the named route limits (``limit(..., name=...)``), which the usage endpoint reports
         self.named_limits: dict[str, EndpointLimit] = {}
+        #: the route limits of each route, which a refusal lists (made by the first route
+        #: limit; None: the limiter has none)
+        self.route_doors: RouteDoors | None = None
         #: a route limit counts by outcome (``count_when``): the middleware then records every
         #: response's status for it
         self.settles_routes = False
@@ -385,10 +389,15 @@ class RateLimiter:
         fallback = self.engine.fallback
         if fallback is not None:
             await fallback.reset(key, parsed)
+        # Every other process may have cached denials of ``key``: they drop them at their
+        # next sync of the live overrides (within a second).
+        await self.overrides.announce_reset()
 
     async def reset_identity(self, identity_key: str) -> None:
         """Restore every budget of one identity: rules, route limits, default limits, direct
-        use. ``identity_key`` is an `Identity.key` (``"user:42"``, ``"ip:203.0.113.7"``)."""
+        use. ``identity_key`` is an `Identity.key` (``"user:42"``, ``"ip:203.0.113.7"``).
+        On a shared backend every worker admits the identity again within a second (each
+        drops the denials it cached at its next sync)."""
         await self.reset(identity_key)
 
     def _direct_checks(

@@ -150,6 +150,9 @@ class RateLimitMiddleware:
             else:
                 state["rate_limit"] = checked
             if not checked.allowed:
+                doors = self.limiter.route_doors
+                if doors is not None:  # the refusal lists the route limits' items too
+                    checked = await doors.refusal(scope, receive, checked)
                 if self.on_limited is None:  # the usual refusal: no coroutine of ours
                     await send_response(send, *self._responses.refusal(checked))
                 else:

@@ -11,6 +11,14 @@ keeps them in a local dict and reads the version in the background every half se
 reloading the hash only when it changed: a change reaches every worker within a second, and
 requests never wait on it. A request looks its identity up in that dict; while no override
 exists anywhere, the request path does not even do that (`on_change` rebinds it).
+
+A reset (`RateLimiter.reset`, ``asgi-ratelimit reset``) increments the same counter
+(`announce_reset`): at its next sync every process drops the denials its backend cached
+(`SharedStore.drop_cached`), which the reset made wrong.
+
+What the hash holds is read as hostile: an entry that is not what `set` writes is skipped
+with one ERROR naming its identity, whose normal limits then apply; every other entry, and
+every later change, still reaches every process.
 """
 
 from __future__ import annotations
@@ -29,14 +37,21 @@ from ._log_once import LogOnce
 from ._rates import Limit, LimitsLike, parse_limits
 from .backends._protocol import Backend, SharedStore
 
-__all__ = ["SYNC_EVERY", "Override", "Overrides"]
+__all__ = ["REACHES_EVERY_PROCESS", "SYNC_EVERY", "Override", "Overrides"]
 
 logger = logging.getLogger("asgi_ratelimit")
 
 #: Seconds between two reads of the version counter: changes reach workers within a second.
 SYNC_EVERY = 0.5
+#: Seconds within which a change (an override, a reset) is in force in every process: a
+#: sync that started just before the change, then the next one.
+REACHES_EVERY_PROCESS = 2 * SYNC_EVERY
 #: The policy key of an override of every policy.
 _EVERY = "*"
+#: The largest stored entry read (`set` writes a few hundred bytes): past it, not parsed.
+_MAX_ENTRY_BYTES = 65_536
+#: Characters of a stored identity or value quoted in a log line.
+_QUOTED = 200
 
 
 class Override(NamedTuple):
@@ -69,6 +84,9 @@ class Overrides:
         self._version: bytes | None = None
         self._syncing: asyncio.Task[None] | None = None
         self._log = LogOnce()
+        #: identity -> its stored entry that could not be read, as last logged (one ERROR
+        #: per bad entry, not one per sync; only the entries stored now are kept)
+        self._unreadable: dict[str, bytes | str] = {}
 
     @property
     def shared(self) -> bool:
@@ -165,7 +183,10 @@ class Overrides:
             return dict(self.active.get(identity_key, {}))
         key = self._store.shared_key("overrides")
         raw = await self._store.command(key, "HGET", key, identity_key)
-        return {} if raw is None else self._decode(raw)
+        if raw is None:
+            return {}
+        found = self._readable(identity_key, raw, self._unreadable.get(identity_key))
+        return {} if found is None else found  # a bad entry is replaced by the change
 
     def _apply(self, identity_key: str, overrides: dict[str, Override]) -> None:
         active = dict(self.active)
@@ -184,26 +205,43 @@ class Overrides:
     # -- keeping every process current ---------------------------------------------------------
 
     async def sync(self) -> None:
-        """Read the shared version; when it changed, read every override again."""
+        """Read the shared version; when it changed, read every override again and drop the
+        denials the backend cached (a reset, or another process's change, made them wrong).
+        Never raises for what the hash holds: a bad entry is skipped (see `_readable`)."""
         if self._store is None:
             return
-        key = self._store.shared_key("overrides")
-        version = await self._store.command(key, "GET", key + ":version")
+        store, key = self._store, self._store.shared_key("overrides")
+        version = await store.command(key, "GET", key + ":version")
         if version == self._version:
             return
-        raw = await self._store.command(key, "HGETALL", key)
+        raw = await store.command(key, "HGETALL", key)
         active: dict[str, dict[str, Override]] = {}
+        unreadable = self._unreadable
+        self._unreadable = {}
         now = self._clock()
         for field, value in zip(raw[::2], raw[1::2], strict=True):
+            identity_key = field.decode("utf-8", "surrogateescape")
+            found = self._readable(identity_key, value, unreadable.get(identity_key))
+            if found is None:
+                continue
             overrides = {
                 name: override
-                for name, override in self._decode(value).items()
+                for name, override in found.items()
                 if override.expires is None or override.expires > now
             }
             if overrides:
-                active[field.decode("utf-8", "surrogateescape")] = overrides
+                active[identity_key] = overrides
         self._install(active)
+        store.drop_cached()
         self._version = version
+
+    async def announce_reset(self) -> None:
+        """Tell every process that budgets were reset here: at its next sync (within
+        `REACHES_EVERY_PROCESS` seconds) each drops the denials its backend cached, which
+        would go on refusing what the reset gave back."""
+        if self._store is not None:
+            key = self._store.shared_key("overrides")
+            await self._store.command(key, "INCR", key + ":version")
 
     def start(self) -> None:
         """Keep this process's overrides current (a shared backend only), on the running
@@ -230,26 +268,95 @@ class Overrides:
                 self._log.error("overrides-sync", "live overrides not refreshed (%r)", exc)
             await asyncio.sleep(SYNC_EVERY)
 
-    def _decode(self, raw: bytes | str) -> dict[str, Override]:
+    def _readable(
+        self, identity_key: str, raw: bytes | str, logged: bytes | str | None = None
+    ) -> dict[str, Override] | None:
+        """The overrides stored for ``identity_key``, or None when the entry is not what
+        `set` writes: then one ERROR (none when ``logged`` is this same entry) and the
+        identity keeps its normal limits."""
         try:
-            data = json.loads(raw)
-            return {
-                name: Override(
-                    tuple(
-                        self._backend.validate_limit(
-                            Limit(
-                                item["rate"], algorithm=item["algorithm"], burst=item.get("burst")
-                            )
-                        )
-                        for item in entry["limits"]
-                    ),
-                    entry.get("expires"),
-                )
-                for name, entry in data.items()
-            }
-        except (ValueError, KeyError, TypeError, ConfigurationError) as exc:
-            logger.error("a live override could not be read (%r); ignoring it", exc)
-            return {}
+            return _decoded(raw, self._backend.validate_limit)
+        except _Unreadable as exc:
+            self._unreadable[identity_key] = raw
+            if raw != logged:
+                logger.error(
+                    "live override of %s skipped, its normal limits apply: %s (stored: %s); "
+                    "write it again with overrides.set or asgi-ratelimit override set",
+                    _quoted(identity_key), exc, _quoted(raw),
+                )  # fmt: skip
+            return None
+
+
+class _Unreadable(ValueError):
+    """A stored entry that is not what `Overrides.set` writes."""
+
+
+def _decoded(raw: bytes | str, validate_limit: Callable[[Limit], Limit]) -> dict[str, Override]:
+    """What `_encode` wrote, checked whole; `_Unreadable` says what is wrong otherwise."""
+    if len(raw) > _MAX_ENTRY_BYTES:
+        raise _Unreadable(f"{len(raw)} bytes, more than the {_MAX_ENTRY_BYTES} read")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # (bad UTF-8 is a ValueError too)
+        raise _Unreadable(f"not JSON ({exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise _Unreadable("not an object of policy -> override")
+    return {name: _decoded_override(name, entry, validate_limit) for name, entry in data.items()}
+
+
+def _decoded_override(
+    name: str, entry: object, validate_limit: Callable[[Limit], Limit]
+) -> Override:
+    where = f"policy {_quoted(name)}"
+    if not name:
+        raise _Unreadable("an empty policy name")
+    if not isinstance(entry, dict):
+        raise _Unreadable(f"{where}: not an object")
+    if "expires" not in entry:
+        raise _Unreadable(f"{where}: no 'expires'")
+    expires = _unix_time(where, entry["expires"])
+    limits = entry.get("limits")
+    if not isinstance(limits, list) or not limits:
+        # No limits would leave the identity unlimited: never what `set` writes.
+        raise _Unreadable(f"{where}: 'limits' is {_quoted(limits)}, not a list of limits")
+    return Override(tuple(_decoded_limit(where, item, validate_limit) for item in limits), expires)
+
+
+def _unix_time(where: str, expires: object) -> float | None:
+    if expires is None:
+        return None
+    if not isinstance(expires, bool) and isinstance(expires, (int, float)):
+        try:
+            seconds = float(expires)  # an int of hundreds of digits overflows
+        except OverflowError:
+            seconds = math.inf
+        if math.isfinite(seconds):
+            return seconds
+    raise _Unreadable(f"{where}: 'expires' is {_quoted(expires)}, not a Unix time or null")
+
+
+def _decoded_limit(where: str, item: object, validate_limit: Callable[[Limit], Limit]) -> Limit:
+    if not isinstance(item, dict):
+        raise _Unreadable(f"{where}: limit {_quoted(item)} is not an object")
+    rate, algorithm, burst = item.get("rate"), item.get("algorithm"), item.get("burst")
+    if (
+        not isinstance(rate, str)
+        or not isinstance(algorithm, str)
+        or not (burst is None or (isinstance(burst, int) and not isinstance(burst, bool)))
+    ):
+        raise _Unreadable(f"{where}: limit {_quoted(item)} is not {{rate, algorithm[, burst]}}")
+    try:
+        return validate_limit(Limit(rate, algorithm=algorithm, burst=burst))  # type: ignore[arg-type]
+    except ConfigurationError as exc:
+        raise _Unreadable(f"{where}: {exc}") from None
+
+
+def _quoted(value: object) -> str:
+    """``value`` for a log line: its repr, cut short (what is stored may be huge)."""
+    if isinstance(value, (str, bytes)) and len(value) > _QUOTED:
+        return repr(value[:_QUOTED]) + "..."
+    text = repr(value)
+    return text if len(text) <= _QUOTED else text[:_QUOTED] + "..."
 
 
 def _encode(overrides: Mapping[str, Override]) -> str:

@@ -295,9 +295,12 @@ async def test_several_limits_and_dependencies_on_one_route(limiter: RateLimiter
         denied = await http.get("/both")
         assert denied.status_code == 429
         assert denied.json()["violated-policies"] == ["other"]
-        # Each dependency is its own atomic decision ("burst" admitted the third request
-        # before "other" refused it); list several limits in one dependency to get all or none.
-        assert rate_headers(denied)["ratelimit"] == '"other";r=0;t=60'
+        # "burst" admitted the third request before "other" refused it, and got its charge
+        # back: the refusal lists every item of the route, burst's as it stands now.
+        assert rate_headers(denied)["ratelimit"] == (
+            '"burst 3/minute";r=1;t=60, "burst 5/hour";r=3;t=3600, "other";r=0;t=60'
+        )
+        assert rate_headers(denied)["ratelimit-policy"] == rate_headers(first)["ratelimit-policy"]
 
 
 async def test_with_the_middleware_headers_cover_every_policy(clock: FakeClock) -> None:
@@ -326,9 +329,10 @@ async def test_with_the_middleware_headers_cover_every_policy(clock: FakeClock) 
         assert denied.status_code == 429
         assert denied.headers["retry-after"] == "60"
         # The middleware's rule admitted it, and got its charge back when the route limit
-        # refused: its count (97, one less than is left) is not sent.
-        assert denied.headers.get_list("ratelimit") == ['"search";r=0;t=60']
-        assert denied.headers.get_list("ratelimit-policy") == ['"search";q=2;w=60']
+        # refused: its item is the one of every response of the route, as it stands now (98
+        # left, not the 97 its charge had made).
+        assert denied.headers["ratelimit"] == '"search";r=0;t=60, "default";r=98;t=3600'
+        assert denied.headers["ratelimit-policy"] == '"search";q=2;w=60, "default";q=100;w=3600'
 
 
 async def test_allow_and_deny_lists_apply_without_the_middleware(clock: FakeClock) -> None:

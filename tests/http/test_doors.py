@@ -98,12 +98,14 @@ async def test_a_dependency_refusal_shows_none_of_the_counts_it_gave_back(
     assert admitted[1].headers["ratelimit-policy"] == '"export";q=2;w=60, "api";q=5;w=60'
     assert admitted[1].headers["ratelimit"].startswith('"export";r=0;t=')
     assert '"api";r=3;t=' in admitted[1].headers["ratelimit"]
-    # The rule's charge was given back: its item (r=2, one less than is left) is not sent;
-    # the refusing policy's is, with t equal to Retry-After.
+    # The rule's charge was given back: its item shows what is left now (3, not the 2 its
+    # charge had made); the refusing policy's t equals Retry-After.
     for answer in (refused, both):
         assert answer.status_code == 429
-        assert answer.headers["ratelimit-policy"] == '"export";q=2;w=60'
-        assert answer.headers["ratelimit"] == f'"export";r=0;t={answer.headers["retry-after"]}'
+        assert answer.headers["ratelimit-policy"] == '"export";q=2;w=60, "api";q=5;w=60'
+        assert answer.headers["ratelimit"] == (
+            f'"export";r=0;t={answer.headers["retry-after"]}, "api";r=3;t=60'
+        )
         assert answer.headers["x-ratelimit-remaining"] == "0"
 
 
@@ -128,8 +130,9 @@ async def test_a_dependency_413_in_ietf_style_shows_none_of_the_counts_it_gave_b
         plain = await http.get("/api/plain")
     assert never.status_code == 413
     assert "retry-after" not in never.headers
-    assert never.headers["ratelimit-policy"] == '"/api/bulk";q=2;w=60'
-    assert never.headers["ratelimit"] == '"/api/bulk";r=2;t=0'
+    # The route's items, the rule's as it stands now (its charge for it was given back).
+    assert never.headers["ratelimit-policy"] == '"/api/bulk";q=2;w=60, "api";q=5;w=60'
+    assert never.headers["ratelimit"] == '"/api/bulk";r=2;t=0, "api";r=5;t=0'
     # The rule's charge for it was given back: the next request has 4 of 5 left.
     assert plain.headers["ratelimit"] == '"api";r=4;t=60'
 

@@ -138,3 +138,8 @@ class SharedStore(Protocol):
     def shared_key(self, name: str) -> str:
         """The storage key of the limiter's record ``name`` (in this backend's namespace)."""
         ...
+
+    def drop_cached(self) -> None:
+        """Forget whatever this process caches of the shared state (denials answered
+        locally): another process changed it, by a reset or an override."""
+        ...

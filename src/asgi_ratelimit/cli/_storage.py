@@ -17,6 +17,7 @@ from .._identity import Identity
 from .._key_secret import KeySecret
 from .._limiter import RateLimiter
 from .._masked_url import masked_url
+from .._overrides import REACHES_EVERY_PROCESS
 from ..http.identity._country import country_code
 from ._app import app
 
@@ -73,7 +74,10 @@ def reset(identity: IdentityKey, storage: Storage, key_secret: KeySecretOption =
     """Give an identity every budget back: rules, route limits, direct use."""
     limiter = limiter_on(storage, key_secret=key_secret)
     asyncio.run(_reset(limiter, identity))
-    typer.echo(f"{identity}: every budget is full again")
+    typer.echo(
+        f"{identity}: every budget is full again, in every worker within "
+        f"{REACHES_EVERY_PROCESS:g} s"
+    )
 
 
 def limiter_on(

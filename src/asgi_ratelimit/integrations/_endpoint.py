@@ -47,6 +47,7 @@ from ..http._own_keys import KeyFunction, own_key
 from ..http._policy import Access
 from ..http._responses import PROBLEM_JSON, Denial, Responses, forbidden
 from ..http._rules import validate_cost
+from ._route_doors import RouteDoors, route_matcher
 from ._route_template import route_template
 
 if TYPE_CHECKING:
@@ -151,6 +152,10 @@ class EndpointLimit:
             limiter.settles_routes = True
         if self.in_flight is not None:
             self._slots()  # a backend that keeps no leases is refused here, not per request
+        if limiter.route_doors is None:
+            limiter.route_doors = RouteDoors(limiter)
+        #: the limiter's route limits by route: what a refusal lists beside its own items
+        self._doors = limiter.route_doors
         self._responses = Responses(limiter.renderer)
         style = limiter.header_style
         self._legacy = HeaderRenderer("legacy") if style in ("both", "legacy") else None
@@ -184,16 +189,16 @@ class EndpointLimit:
             if consume and access.verdict == "blocked" and self.limiter.observers:
                 self.limiter.report(access, request.method, None, 0.0)
             return access
-        checks, policies, slot = await self._planned(request, identity)
+        checks, policies, slot, route = await self._planned(request, identity)
         start = perf_counter()
         taken = None
         if slot is not None and consume:
             # The slot first: a request it refuses is counted by no rate limit.
             taken = await self._slots().take([slot])
             if not taken.allowed:
-                await refund_all(scope)
                 refused = await self._slots().decision(taken, None, identity)
-                return self._reported(refused, request, policies, start)
+                self._reported(refused, request, policies, start)
+                return await self._refused(request, refused, route, earlier)
         try:
             decided_here = self.limiter.engine.decide(checks, policies, identity, consume)
             own = decided_here if isinstance(decided_here, Decision) else await decided_here
@@ -207,8 +212,7 @@ class EndpointLimit:
             own = await self._slots().decision(taken, own, identity)
         self._reported(own, request, policies, start)
         if not own.allowed:
-            await refund_all(scope)  # refused here: what the doors before took goes back
-            return own
+            return await self._refused(request, own, route, earlier)
         before = earlier.policies if earlier is not None else ()
         combined = Decision.of((*before, *own.policies), identity)
         earlier_charge = earlier.charge if earlier is not None else None
@@ -226,6 +230,19 @@ class EndpointLimit:
             if releases is not None:  # the middleware gives it back when the response ends
                 releases.append(own.release)
         return own
+
+    async def _refused(
+        self, request: Request, refused: Decision, route: tuple[str, str], earlier: Decision | None
+    ) -> Decision:
+        """Refused here: what the doors before took goes back, and the refusal lists every
+        item of the route, as its other responses do."""
+        state = request.scope.get("state") or {}
+        # The middleware decided before when it left items beyond the route limits'.
+        middleware = earlier is not None and len(earlier.policies) > len(
+            state.get(_ROUTE_POLICIES, ())
+        )
+        await refund_all(request.scope)
+        return await self._doors.door_refusal(request, self, refused, route, middleware)
 
     def _reported(
         self, own: Decision, request: Request, policies: list[Policy], start: float
@@ -271,20 +288,36 @@ class EndpointLimit:
         self, request: Request, identity: Identity
     ) -> tuple[list[Check], list[Policy]]:
         """One `Check` per limit, in the budget of the route (or of ``name``), and its name."""
-        checks, policies, _ = await self._planned(request, identity)
+        checks, policies, _, _ = await self._planned(request, identity)
         return checks, policies
 
+    async def peeked(
+        self, request: Request, identity: Identity | None, route: tuple[str, str]
+    ) -> tuple[PolicyStatus, ...]:
+        """This limit's items for ``request`` on ``route`` (budget id, name) as they stand,
+        consuming nothing: what a refusal by another door lists beside its own."""
+        if identity is None:
+            identity = await self.limiter.identify(request.scope)
+        checks, policies, _, _ = await self._planned(request, identity, route)
+        peeked = self.limiter.engine.decide(checks, policies, identity, consume=False)
+        return (peeked if isinstance(peeked, Decision) else await peeked).policies
+
     async def _planned(
-        self, request: Request, identity: Identity
-    ) -> tuple[list[Check], list[Policy], Slot | None]:
-        """`checks`, and the in-flight slot the request wants (None: no in-flight limit)."""
-        route_id, route_name = _route_of(request)
+        self, request: Request, identity: Identity, route: tuple[str, str] | None = None
+    ) -> tuple[list[Check], list[Policy], Slot | None, tuple[str, str]]:
+        """`checks`, the in-flight slot the request wants (None: no in-flight limit), and
+        the route's (budget id, name): the route it was routed to, unless ``route`` says."""
+        if route is None:
+            route = _route_of(request)
+            if not self._doors.knows(route[0], self):
+                self._doors.learn(*route, route_matcher(request.scope, route[1]), self)
+        route_id, route_name = route
         cost = await self._cost(request)
         if callable(self.key):  # a key of your own: None leaves this limit out
             answer = own_key(self.key, request, identity.key, self, self._log)
             subject = answer if answer is None or isinstance(answer, str) else await answer
             if subject is None:
-                return [], [], None
+                return [], [], None, route
         else:
             subject = self._subject(request.scope, identity)
         checks, policies = self._checks(
@@ -297,7 +330,7 @@ class EndpointLimit:
                 name = f"{name} {self.in_flight.text}"
             budget = f"in-flight:{self.name or route_id}"
             slot = Slot(self.in_flight, name, subject, budget, self.on_backend_error)
-        return checks, policies, slot
+        return checks, policies, slot, route
 
     def _subject(self, scope: MutableMapping[str, Any], identity: Identity) -> str:
         if self.key == "global":

@@ -31,13 +31,14 @@ from ..._key_secret import KeySecret
 from ..._rates import Limit
 from ...algorithms import Outcome
 from .._protocol import Check, Result
+from ._acl import acl_rules
 from ._connection import ConnectionLost, ReplyError, running_loop
 from ._cross_slot import run_across_slots
 from ._deny_cache import DenyCache
 from ._health import Health
 from ._keys import KeyNames
 from ._leases import RedisLeases
-from ._node import Node, fix_for
+from ._node import Node
 from ._resp import pack
 from ._script import Mode, decode
 from ._script_caller import ScriptCaller
@@ -169,14 +170,18 @@ class RedisBackend:
             self.command, self._keys, None if clock is None else self._local_now, ttl_margin_ms
         )
         self.health = Health(lambda: repr(self))
+        key_pattern = _glob_escape(prefix) + "*"
 
         def make_node(
             server: ServerSettings,
             locate: Callable[[], Awaitable[ServerSettings]] | None = None,
         ) -> Node:
+            acl = acl_rules(
+                key_pattern, target.kind, db=server.db, client_name=bool(server.client_name)
+            )
             return Node(
                 server, budget=self.timeout, health=self.health, probe=self._probe,
-                threshold=failure_threshold, cooldown=float(cooldown), locate=locate,
+                threshold=failure_threshold, cooldown=float(cooldown), locate=locate, acl=acl,
             )  # fmt: skip
 
         self._target = target
@@ -301,6 +306,12 @@ class RedisBackend:
         """``prefix{name}``: a record of the limiter's own (one Cluster slot per name)."""
         return f"{self.prefix}{{{name}}}"
 
+    def drop_cached(self) -> None:
+        """Forget the denials cached here (`DenyCache`): another process reset budgets or
+        changed an override. Each identity still refused costs one call to find out again."""
+        if self.deny_cache is not None:
+            self.deny_cache.clear()
+
     async def command(self, key: str, *args: str | bytes) -> Any:
         """Run one command on the server that holds ``key`` (the live overrides' records);
         `BackendError` when it fails."""
@@ -375,10 +386,15 @@ class RedisBackend:
         """Open the backend (what an app's lifespan does): it never fails start-up unless
         ``fail_fast=True``; then a server that cannot serve raises `ConfigurationError`."""
         for node, exc in await self._start():
-            fix = fix_for(exc, node.server) if isinstance(exc, ReplyError) else None
+            fix = node.fix(exc) if isinstance(exc, ReplyError) else None
             if self.fail_fast:
                 await self.aclose()
-                hint = fix or "start Redis there or fix the address"
+                if fix is not None:
+                    hint = fix
+                elif isinstance(exc, ReplyError):
+                    hint = "Redis refused what the rate limiter sent (see its answer)"
+                else:
+                    hint = "start Redis there or fix the address"
                 raise ConfigurationError(
                     f"{self!r} cannot start: Redis at {node.name}: {exc}: {hint}"
                 ) from exc
@@ -420,7 +436,7 @@ class RedisBackend:
         """An error reply no retry cures: a configuration problem, or a bug of ours."""
         node = self._topology.node_for(_slot_of(key)) if self._topology.cluster else None
         node = node or self._topology.nodes[0]
-        fix = fix_for(exc, node.server)
+        fix = node.fix(exc)
         if fix is not None:
             node.failed(str(exc), fix)
         else:

@@ -1,6 +1,6 @@
 """One Redis server as the backend uses it: one shared connection, and a breaker with a probe.
 
-    node = Node(server, budget=0.5, health=health, probe=script.probe)
+    node = Node(server, budget=0.5, health=health, probe=script.probe, acl="~rl:* +ping ...")
     reply = await node.call(command("FCALL", ...))   # raises BackendError when Redis fails
 
 Calls share one pipelined connection (`Connection`), opened on first use by one caller while
@@ -31,7 +31,7 @@ from ._connection import (
 from ._health import Health
 from ._server import ServerSettings
 
-__all__ = ["Node", "fix_for"]
+__all__ = ["Node"]
 
 #: Error replies of a server that cannot serve right now: an outage, not an answer.
 _UNAVAILABLE = (
@@ -58,8 +58,11 @@ class Node:
         threshold: int = 1,
         cooldown: float = 0.25,
         locate: Locate | None = None,
+        acl: str = "",
     ) -> None:
         self.server = server
+        #: the ACL rules the backend's user needs on this server (see `acl_rules`)
+        self.acl = acl
         self.name = server.where
         self._budget = budget
         self._health = health
@@ -93,7 +96,7 @@ class Node:
             self.failed(str(exc))
             raise BackendError(f"Redis at {self.name}: {exc}") from exc
         except ReplyError as exc:  # the handshake was refused
-            self.failed(str(exc), fix_for(exc, self.server))
+            self.failed(str(exc), self.fix(exc))
             raise BackendError(f"Redis at {self.name} refused the login: {exc}") from exc
         if isinstance(reply, ReplyError):
             if str(reply).startswith(_UNAVAILABLE):
@@ -158,6 +161,11 @@ class Node:
             self.open = True
             self._keep_probing()
 
+    def fix(self, error: ReplyError) -> str | None:
+        """What to change when ``error`` is a configuration problem no retry cures
+        (credentials, a database index, permissions), else None."""
+        return _fix_for(error, self.server, self.acl)
+
     def _keep_probing(self) -> None:
         """Make sure a probe runs on this event loop while the breaker is open."""
         prober = self._prober
@@ -178,7 +186,7 @@ class Node:
                 connection = await self.connect()
                 await self._probe(self)
             except ReplyError as exc:
-                fix = fix_for(exc, self.server)
+                fix = self.fix(exc)
                 self._misconfigured = fix is not None
                 self._health.failed(self.name, str(exc), fix)
                 continue
@@ -229,26 +237,32 @@ def _retrieve(task: asyncio.Task[Connection]) -> None:
         task.exception()
 
 
-def fix_for(error: ReplyError, server: ServerSettings) -> str | None:
-    """What to change when ``error`` is a configuration problem no retry cures, else None."""
+def _fix_for(error: ReplyError, server: ServerSettings, acl: str) -> str | None:
     message = str(error).upper()
     if (
         message.startswith("WRONGPASS")
         or "INVALID PASSWORD" in message
         or "WITHOUT ANY PASSWORD CONFIGURED" in message
     ):
-        return "fix the username and password (redis://user:password@host, or password=...)"
+        return (
+            "Redis refused the credentials: fix the username and password "
+            "(redis://user:password@host, or password=...)"
+        )
     if message.startswith("NOAUTH"):
-        return "Redis requires a password: give it in the URL (redis://:password@host)"
+        return (
+            "Redis requires a password and got none: give it in the URL "
+            "(redis://user:password@host, or password=...)"
+        )
     if "DB INDEX" in message or "NOT ALLOWED IN CLUSTER MODE" in message:
         return (
             f"Redis has no database {server.db}: use an index the server has (its "
             "'databases' setting; Redis Cluster has only 0)"
         )
-    if message.startswith("NOPERM"):
+    # A command sent (NOPERM ...), or one the script ran ("ERR The user executing the
+    # script can't run this command or subcommand", "... can't access ... the keys ...").
+    if "NOPERM" in message or "USER EXECUTING THE SCRIPT CAN'T" in message:
         return (
-            "grant the Redis user what the rate limiter runs, e.g. ACL SETUSER <user> +ping "
-            "+evalsha +eval +script|load +fcall +function|load +scan +del (+select and "
-            "+client|setname if used) and access to the keys of its prefix"
+            "the Redis user may not run every command the rate limiter sends, on the keys "
+            f"of its prefix: grant them with ACL SETUSER <user> {acl}"
         )
     return None

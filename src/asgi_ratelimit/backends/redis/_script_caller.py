@@ -8,7 +8,8 @@ On Redis 7+ the script is loaded once as a function library (``FUNCTION LOAD``) 
 with ``FCALL``: a library's definitions are built once per server, a script's on every call.
 A server without functions (Redis 6, a renamed command, an ACL without ``+fcall``) is logged
 once and called by ``EVALSHA`` from then on. A missing function or script (a restart,
-``FUNCTION FLUSH``, ``SCRIPT FLUSH``) is loaded again on the spot.
+``FUNCTION FLUSH``, ``SCRIPT FLUSH``) is loaded again on the spot. What a Redis user needs
+for all of it is in `acl_rules`.
 """
 
 from __future__ import annotations
