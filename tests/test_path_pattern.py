@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 
 from asgi_ratelimit import ConfigurationError
 from asgi_ratelimit.http import _path_pattern
-from asgi_ratelimit.http._path_pattern import MAX_TRANSITIONS, PathPattern
+from asgi_ratelimit.http._path_pattern import MAX_STATES, PathPattern
 from asgi_ratelimit.http._paths import MAX_PATH_LENGTH
 
 # -- the oracle: the regex rules were compiled to before (what a match meant) ------------------
@@ -193,16 +195,38 @@ def test_agrees_with_the_regex(case: tuple[str, str]) -> None:
 @given(st.lists(st.text(_PATH_CHARS, max_size=40), min_size=1, max_size=30))
 def test_agrees_with_the_regex_when_states_are_dropped(paths: list[str]) -> None:
     # "*" then a "0" four characters from the end: a DFA of dozens of states, past a cap of
-    # 8 transitions, so states are dropped and made again in the middle of paths.
+    # 4, so states are dropped and made again in the middle of paths.
     template = "/*0????"
     old = regex(template)
     assert old is not None
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_path_pattern, "MAX_TRANSITIONS", 8)
+        patch.setattr(_path_pattern, "MAX_STATES", 4)
         pattern = PathPattern(template)
         for path in [*paths, "/" + "0123456789" * 30]:
             assert pattern.matches(path) is (old.match(path) is not None)
-            assert pattern.states <= 8 + 1
+            assert pattern.states <= 4
+
+
+def test_threads_sharing_a_pattern_get_its_answers() -> None:
+    # States are dropped every few transitions while four threads, switching as often as the
+    # interpreter allows, match paths through one pattern: each still gets the regex's answer.
+    template = "/*0????"
+    old = regex(template)
+    assert old is not None
+    paths = [f"/{n:x}/{n:b}" for n in range(600)]
+    expected = [old.match(path) is not None for path in paths]
+    interval = sys.getswitchinterval()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_path_pattern, "MAX_STATES", 4)
+        pattern = PathPattern(template)
+        sys.setswitchinterval(1e-6)
+        try:
+            with ThreadPoolExecutor(4) as pool:
+                answers = list(pool.map(lambda _: [pattern.matches(p) for p in paths], range(4)))
+        finally:
+            sys.setswitchinterval(interval)
+    assert answers == [expected] * 4
+    assert True in expected and False in expected
 
 
 # -- hostile paths are decided in one pass ----------------------------------------------------
@@ -252,7 +276,7 @@ def test_a_huge_dfa_costs_at_most_one_step_per_character() -> None:
     path = "/" + "".join(f"{n:b}" for n in range(2000))[: MAX_PATH_LENGTH - 1]
     assert pattern.matches(path) is (regex("/*0??????????").match(path) is not None)  # type: ignore[union-attr]
     assert pattern.computed <= len(path)
-    assert pattern.states <= MAX_TRANSITIONS + 1
+    assert pattern.states <= MAX_STATES
 
 
 def test_states_are_kept_between_paths() -> None:

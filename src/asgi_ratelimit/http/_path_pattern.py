@@ -11,10 +11,11 @@ a server's event loop for seconds), and ``{a}-{b}-{c}x`` or ``*x{a}y`` are polyn
 the template is compiled into a small automaton over characters (an NFA) and run as a DFA built
 as paths need it: one dict lookup per character of the path, whatever the template. A DFA state
 is a set of NFA nodes; each transition is worked out once (one NFA step, in proportion to the
-template's size), on the first path that takes it, and kept in the pattern: at most
-`MAX_TRANSITIONS` (past that they are dropped and made again, so even a template whose DFA is
-huge keeps its memory bounded and costs at most one NFA step per character). A path is refused
-as soon as no NFA node is left, and accepted as soon as a trailing ``*`` is reached.
+template's size), on the first path that takes it, and kept in the pattern, at most
+`MAX_STATES` states (past that they are dropped and made again, so even a template whose DFA is
+huge, such as ``/*0??????????``, keeps its memory bounded and costs at most one NFA step per
+character). A path is refused as soon as no NFA node is left, and accepted as soon as a
+trailing ``*`` is reached.
 
     pattern = PathPattern("/items/{id:int}")
     pattern.matches("/items/42")       # True
@@ -30,13 +31,13 @@ from typing import Literal
 
 from .._errors import ConfigurationError
 
-__all__ = ["MAX_TRANSITIONS", "PathPattern"]
+__all__ = ["MAX_STATES", "PathPattern"]
 
-#: DFA transitions a pattern keeps (about 100 bytes each); past this they are made afresh.
-MAX_TRANSITIONS = 4096
+#: DFA states a pattern keeps (each at most a few KB: a dict of one entry per ASCII character
+#: and per other character the template names); past this they are made afresh.
+MAX_STATES = 256
 
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([A-Za-z_]+))?\}")
-_CONVERTORS = ("str", "path", "int", "float", "uuid")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +123,8 @@ class PathPattern:
 
     __slots__ = (
         "_accept",
-        "_closures",
-        "_edges",
-        "_kept",
+        "_initial",
+        "_moves",
         "_named",
         "_others",
         "_prefix",
@@ -137,6 +137,8 @@ class PathPattern:
 
     template: str
     computed: int
+    _states: dict[frozenset[int], _State]
+    _start: _State
 
     def __init__(self, template: str) -> None:
         self.template = template
@@ -146,20 +148,27 @@ class PathPattern:
         while literal < len(atoms) and _is_literal(atoms[literal]):
             literal += 1
         self._prefix = "".join(next(iter(chars.members)) for _, chars in atoms[:literal])
-        self._edges, self._closures, self._accept = _nfa(atoms[literal:])
+        edges, closures, self._accept = _nfa(atoms[literal:])
         # Nodes with a loop on any character from which the end is reached: once in one,
         # every continuation matches.
         self._satisfied = frozenset(
             node
-            for node, edges in enumerate(self._edges)
-            if (_ANY, node) in edges and self._accept in self._closures[node]
+            for node, out in enumerate(edges)
+            if (_ANY, node) in out and self._accept in closures[node]
         )
-        # Every character the template does not name moves the DFA as "\0" does (never in a
-        # template), so at most one NFA step per state is spent on all of them.
-        self._named = frozenset(
-            char for edges in self._edges for chars, _ in edges for char in chars.members
-        )
+        # Every character the template does not name moves the NFA as "\0" does (never in a
+        # template), so a state's transitions are bounded by the template.
+        self._named = frozenset(char for out in edges for chars, _ in out for char in chars.members)
         self._others = re.compile("[^\\x00" + "".join(sorted(map(re.escape, self._named))) + "]")
+        # Where each node goes on each of those characters: an NFA step is then a union.
+        self._moves = {
+            char: tuple(
+                frozenset().union(*[closures[target] for chars, target in out if char in chars])
+                for out in edges
+            )
+            for char in (*self._named, "\0")
+        }
+        self._initial = closures[0]
         self.computed = 0
         self._forget()
 
@@ -187,40 +196,32 @@ class PathPattern:
         following = state.next.get(named)
         if following is None:
             following = state.next[named] = self._step(state.nodes, named)
-            self._kept += 1
-        if named != char:
+        if named != char:  # at most 128 of these a state: other characters read as "\0"
             state.next[char] = following
-            self._kept += 1
-        if self._kept > MAX_TRANSITIONS:
-            self._forget()  # bounded: the path under way goes on in the graph it holds
         return following
 
     def _step(self, nodes: frozenset[int], char: str) -> _State:
         """One NFA step: the state ``nodes`` reach on ``char``."""
         self.computed += 1
-        reached: set[int] = set()
-        for node in nodes:
-            for chars, target in self._edges[node]:
-                if char in chars:
-                    reached |= self._closures[target]
+        moves = self._moves[char]
+        reached = frozenset().union(*[moves[node] for node in nodes])
         if not reached:
             return _REFUSED
         if not self._satisfied.isdisjoint(reached):
             return _ACCEPTED
-        return self._state(frozenset(reached))
-
-    def _state(self, nodes: frozenset[int]) -> _State:
-        """The DFA state for ``nodes``, made when it is new."""
-        # setdefault: two threads making the same state at once keep one of them
-        return self._states.get(nodes) or self._states.setdefault(
-            nodes, _State(nodes, self._accept in nodes)
-        )
+        found = self._states.get(reached)
+        if found is None:
+            if len(self._states) >= MAX_STATES:
+                self._forget()  # bounded: the path under way goes on in the graph it holds
+            # setdefault: of two threads making the same state at once, one state is kept
+            found = self._states.setdefault(reached, _State(reached, self._accept in reached))
+        return found
 
     def _forget(self) -> None:
         """Start a new DFA with only the start state (the old one goes when unreferenced)."""
-        self._states: dict[frozenset[int], _State] = {}
-        self._kept = 0
-        self._start = self._state(self._closures[0])
+        start = _State(self._initial, self._accept in self._initial)
+        self._states = {self._initial: start}
+        self._start = start
 
     @property
     def states(self) -> int:
@@ -261,10 +262,10 @@ def _parse(path: str) -> list[_Atom]:
     for param in _PARAM.finditer(template):
         atoms += _glob(template[position : param.start()], path)
         name, convertor = param.group(1), param.group(2) or "str"
-        if convertor not in _CONVERTORS:
+        if convertor not in _CONVERTOR_ATOMS:
             raise ConfigurationError(
                 f"rule path {path!r}: unknown convertor {convertor!r} in {param.group(0)!r} "
-                f"(use one of {', '.join(_CONVERTORS)})"
+                f"(use one of {', '.join(_CONVERTOR_ATOMS)})"
             )
         if name in names:
             raise ConfigurationError(f"rule path {path!r}: parameter {name!r} appears twice")
