@@ -191,6 +191,22 @@ def test_agrees_with_the_regex(case: tuple[str, str]) -> None:
     assert PathPattern(template).matches(path) is (old.match(path) is not None)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=24), st.text(max_size=40))
+def test_any_text_is_a_template_or_a_configuration_error(template: str, path: str) -> None:
+    # Rules files and settings pass any string: the answer is a pattern or a clear error,
+    # and a pattern answers any path (surrogates, NUL, newlines) as the regex did.
+    old = regex("/" + template)
+    try:
+        pattern = PathPattern("/" + template)
+    except ConfigurationError:
+        assert old is None
+        return
+    assert old is not None
+    assert pattern.matches(path) is (old.match(path) is not None)
+    assert pattern.matches("/" + path) is (old.match("/" + path) is not None)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.text(_PATH_CHARS, max_size=40), min_size=1, max_size=30))
 def test_agrees_with_the_regex_when_states_are_dropped(paths: list[str]) -> None:
