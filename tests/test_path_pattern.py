@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import string
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -167,7 +168,9 @@ def _sample(piece: str) -> st.SearchStrategy[str]:
 
 @st.composite
 def _mutated(draw: st.DrawFn, path: str) -> str:
-    change = draw(st.sampled_from(["none", "insert", "delete", "replace"]))
+    change = draw(st.sampled_from(["none", "newline", "insert", "delete", "replace"]))
+    if change == "newline":  # a regex's "$" matched before a final "\n"
+        return path + "\n"
     if change == "none" or not path:
         return path
     at = draw(st.integers(0, len(path) - 1))
@@ -308,6 +311,16 @@ def test_states_are_kept_between_paths() -> None:
     computed = pattern.computed
     assert pattern.matches("/items/42") and not pattern.matches("/items/4x")
     assert pattern.computed == computed + 1  # only "x" was new
+
+
+def test_a_match_stops_as_soon_as_its_answer_is_known() -> None:
+    junk = string.printable * 20
+    accepted = PathPattern("/api/*")
+    assert accepted.matches("/api/" + junk)
+    assert accepted.computed == 1  # "/" reached the trailing "*": nothing after it was read
+    refused = PathPattern("/items/{id}")
+    assert not refused.matches("/items/1/" + junk)
+    assert refused.computed == 2  # "1", then "/" left no NFA node
 
 
 @pytest.mark.parametrize(
