@@ -1,7 +1,8 @@
 """The benchmark runner: ``./benchmarks/run [--quick]`` (or ``python -m benchmarks`` in its venv).
 
 Phases: in-process overhead (memory and Redis; one limit, three limits, denied), a breakdown
-of our middleware by stage, memory per key, end to end under uvicorn + wrk, and a profile.
+of our middleware by stage, memory per key, end to end under uvicorn + wrk, a profile, and one
+rule deciding the longest path a server passes on.
 Results go to docs/benchmarks.json, docs/benchmarks.md and docs/benchmarks.png, and a table to
 stdout.
 """
@@ -25,7 +26,7 @@ __all__ = ["main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PHASES = ("inproc", "breakdown", "memory", "e2e", "profile")
+PHASES = ("inproc", "breakdown", "memory", "e2e", "profile", "matching")
 
 
 async def _build_all(
@@ -160,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print("end to end (uvicorn)", flush=True)
         results["e2e"] = end_to_end(rounds=2 if quick else 5, seconds=2 if quick else 3)
+    if "matching" in phases:
+        from .rule_matching import rule_matching
+
+        print("one rule against the longest path", flush=True)
+        results["matching"] = rule_matching()
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
 
     print_tables(results)

@@ -57,6 +57,23 @@ def test_path_matching(template: str, path: str, expected: bool) -> None:
     assert matches(Rule(template, limits="1/second"), "GET", path) is expected
 
 
+@pytest.mark.parametrize(
+    ("template", "path", "expected"),
+    [
+        ("/a/*/b/*/c/*/d", "/a" + "/b/c" * 1000, False),
+        ("/a/*/b/*/c/*/d", "/a" + "/b/c" * 1000 + "/d", True),
+        ("/a/*/b/*/c/*/d", "/A" + "/B/C" * 1000 + "/D/", True),  # normalized first
+        ("/{a}-{b}-{c}x", "/" + "-" * 8000, False),
+        ("/{a}-{b}-{c}x", "/" + "-" * 8000 + "X", True),
+        ("/*/x{a}y", "/x" * 4000, False),
+    ],
+)
+def test_glob_rules_decide_long_hostile_paths(template: str, path: str, expected: bool) -> None:
+    # A backtracking regex took seconds to minutes on each of these (tests/test_path_pattern.py
+    # counts the work of the matcher that replaced it).
+    assert matches(Rule(template, limits="1/second"), "GET", path) is expected
+
+
 def test_methods_and_head_shares_get() -> None:
     rule = Rule("/auth/login", methods=["post", "GET"], limits="5/minute")
     assert rule.methods == frozenset({"POST", "GET"})

@@ -22,6 +22,7 @@ from .._rates import Limit, LimitsLike, parse_limits
 from .._shedding import PriorityLike, parse_priority
 from ..backends._protocol import Block
 from ._own_keys import KeyFunction
+from ._path_pattern import PathPattern
 from .identity._base import Scope
 from .identity._country import parse_countries
 
@@ -35,15 +36,6 @@ CostLike = float | Callable[[Scope], float | Awaitable[float]]
 BlockLike = str | float | Iterable[str | float]
 TieredLimits = Mapping[str, LimitsLike | None]
 
-# Starlette's convertors, as regexes over the normalized (lower-case) path.
-_CONVERTORS = {
-    "str": r"[^/]+",
-    "path": r".*",
-    "int": r"[0-9]+",
-    "float": r"[0-9]+(?:\.[0-9]+)?",
-    "uuid": r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
-}
-_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([A-Za-z_]+))?\}")
 _METHOD = re.compile(r"^[A-Za-z]{1,20}$")
 # Paths longer than this are stored by digest so a client cannot grow storage keys at will.
 _MAX_KEY_PATH = 128
@@ -323,7 +315,7 @@ class Rule:
                 method = "GET"
             if method not in self.methods:
                 return False
-        return self._pattern.match(path) is not None
+        return self._pattern.matches(path)
 
     def limits_for(self, tier: str | None, default_tier: str) -> tuple[tuple[str, Limit], ...]:
         """The named limits for an identity's tier (the default tier's when it has none)."""
@@ -356,63 +348,12 @@ class Rule:
         return f"Rule({self.path!r}, name={self.name!r}, key={self.key!r})"
 
 
-def _compile_path(path: object) -> re.Pattern[str]:
-    if not isinstance(path, str) or not path.startswith("/"):
+def _compile_path(path: object) -> PathPattern:
+    if not isinstance(path, str):
         raise ConfigurationError(
             f"rule path {path!r}: must be a string starting with '/' (e.g. '/items/{{id}}')"
         )
-    for bad in (";", "\\", "\x00"):
-        if bad in path:
-            raise ConfigurationError(
-                f"rule path {path!r}: {bad!r} is not allowed (rules match the normalized path, "
-                "where it never appears)"
-            )
-    segments = path.split("/")
-    if any(segment in (".", "..") for segment in segments):
-        raise ConfigurationError(
-            f"rule path {path!r}: '.' and '..' segments are not allowed (write the resolved path)"
-        )
-    # Normalize like request paths: no empty segments, no trailing slash, lower case.
-    template = "/" + "/".join(segment for segment in segments if segment)
-    regex: list[str] = []
-    names: set[str] = set()
-    position = 0
-    for param in _PARAM.finditer(template):
-        regex.append(_glob(template[position : param.start()], path))
-        name, convertor = param.group(1), param.group(2) or "str"
-        if convertor not in _CONVERTORS:
-            raise ConfigurationError(
-                f"rule path {path!r}: unknown convertor {convertor!r} in {param.group(0)!r} "
-                f"(use one of {', '.join(_CONVERTORS)})"
-            )
-        if name in names:
-            raise ConfigurationError(f"rule path {path!r}: parameter {name!r} appears twice")
-        names.add(name)
-        regex.append(_CONVERTORS[convertor])
-        position = param.end()
-    regex.append(_glob(template[position:], path))
-    pattern = "".join(regex)
-    if pattern.endswith("/.*"):
-        # "/api/*" and "/api/{p:path}" also cover "/api" (which "/api/" normalizes to).
-        pattern = pattern[: -len("/.*")] + "(?:/.*)?"
-    return re.compile(f"^{pattern}$", re.DOTALL)
-
-
-def _glob(literal: str, path: str) -> str:
-    if "{" in literal or "}" in literal:
-        raise ConfigurationError(
-            f"rule path {path!r}: malformed parameter near {literal!r} (write '{{name}}' or "
-            "'{name:convertor}')"
-        )
-    out: list[str] = []
-    for char in literal.lower():
-        if char == "*":
-            out.append(".*")
-        elif char == "?":
-            out.append("[^/]")
-        else:
-            out.append(re.escape(char))
-    return "".join(out)
+    return PathPattern(path)
 
 
 def _parse_methods(path: str, methods: Iterable[str] | str | None) -> frozenset[str] | None:
