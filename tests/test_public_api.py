@@ -44,6 +44,7 @@ LAYERS = [
         "asgi_ratelimit._clock",
         "asgi_ratelimit._log_once",
         "asgi_ratelimit._named",
+        "asgi_ratelimit._numbers",
         "asgi_ratelimit._load",
         "asgi_ratelimit._shedding",
     ),

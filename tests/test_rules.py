@@ -142,6 +142,13 @@ async def test_cost_callable_and_number() -> None:
         ({"on_backend_error": "ignore"}, "unknown failure policy"),
         ({"name": ""}, "name='' must be a non-empty string"),
         ({"name": "caf\u00e9"}, "printable ASCII"),
+        # integers no float holds: refused, never an OverflowError
+        ({"cost": 10**400}, "cost=10{400}: must be a finite number"),
+        ({"priority": 10**400}, "priority=10{400}: use 'critical'"),
+        ({"block_for": 10**400}, "block_for=10{400}: too long"),
+        ({"block_for": -(10**400)}, "block_for=-10{400}: must be longer than 0 seconds"),
+        ({"block_for": 1, "block_reset": 10**400}, "block_reset=10{400}: too long"),
+        ({"concurrency": 1, "lease": 10**400}, "lease=10{400}: too long"),
     ],
 )
 def test_rule_validation(kwargs: dict[str, object], message: str) -> None:

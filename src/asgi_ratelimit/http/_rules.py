@@ -18,6 +18,7 @@ from .._durations import parse_duration
 from .._engine import validate_failure_policy, validate_mode
 from .._errors import ConfigurationError
 from .._in_flight import DEFAULT_LEASE, InFlight
+from .._numbers import as_float
 from .._rates import Limit, LimitsLike, parse_limits
 from .._shedding import PriorityLike, parse_priority
 from ..backends._protocol import Block
@@ -450,6 +451,6 @@ def validate_cost(cost: object, context: str = "") -> float:
     """A cost is a finite number >= 0 (0 consumes nothing); anything else is refused."""
     if isinstance(cost, bool) or not isinstance(cost, (int, float)):
         raise ConfigurationError(f"{context}cost={cost!r}: must be a number >= 0 (e.g. 1)")
-    if not math.isfinite(cost) or cost < 0:
+    if not math.isfinite(as_float(cost)) or cost < 0:
         raise ConfigurationError(f"{context}cost={cost!r}: must be a finite number >= 0 (e.g. 1)")
     return cost
