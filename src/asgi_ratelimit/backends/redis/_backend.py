@@ -41,7 +41,7 @@ from ._resp import pack
 from ._script import Mode, decode
 from ._script_caller import ScriptCaller
 from ._server import ServerSettings
-from ._target import Target
+from ._target import Target, _masked
 from ._topology import Cluster, SentinelMaster, Topology
 
 __all__ = ["RedisBackend"]
@@ -118,12 +118,19 @@ class RedisBackend:
         ``socket_connect_timeout=``...), plus ``sentinel_username=`` and
         ``sentinel_password=`` for the sentinels.
         """
+        try:
+            target = Target.from_url(url, options)
+        except ConfigurationError:
+            raise
+        except Exception as exc:  # redis-py's parsing of what it reads: ValueError, TypeError...
+            raise ConfigurationError(
+                f"RedisBackend.from_url({_masked(url)!r}): cannot be read ({exc}); fix the URL"
+            ) from None
         backend = cls.__new__(cls)
         backend._client = None
         backend._setup(
-            Target.from_url(url, options), prefix, timeout, clock, deny_cache,
-            failure_threshold, cooldown, fail_fast,
-        )  # fmt: skip
+            target, prefix, timeout, clock, deny_cache, failure_threshold, cooldown, fail_fast
+        )
         return backend
 
     def _setup(
