@@ -417,7 +417,8 @@ class RateLimiter:
         return checked.policies if isinstance(checked, Decision) else ()
 
     def describe_rules(self, method: str, path: str) -> list[str]:
-        """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``."""
+        """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``, and
+        those exempting it: ``["health: not limited"]``."""
         return self.policy.rules.describe(method, path)
 
     # -- FastAPI and Starlette endpoints -----------------------------------------------------
