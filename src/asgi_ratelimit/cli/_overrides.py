@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -10,10 +9,9 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from .._errors import BackendError, ConfigurationError
 from .._limiter import RateLimiter
 from ._app import app
-from ._storage import IdentityKey, Storage, limiter_on
+from ._storage import IdentityKey, Storage, limiter_on, run_on
 
 __all__ = ["delete", "get", "override", "set_"]
 
@@ -77,14 +75,4 @@ def delete(identity: IdentityKey, storage: Storage, policy: Policy = None) -> No
 
 
 def _run(action: Callable[[RateLimiter], Awaitable[_T]], storage: str) -> _T:
-    limiter = limiter_on(storage)
-
-    async def run() -> _T:
-        async with limiter.backend:
-            return await action(limiter)
-
-    try:
-        return asyncio.run(run())
-    except (ConfigurationError, BackendError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    return run_on(limiter_on(storage), action)
