@@ -136,13 +136,11 @@ def figure(runs: list[Run], title: str) -> Any:
     limit), and each admission and refusal as a tick; one legend says which line is which,
     and the axes say what they count (requests, over seconds)."""
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     drawn, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, layout="constrained",
                                figsize=(10, 1.7 * len(runs) + 1.2))  # fmt: skip
     for axis, run in zip(axes[:, 0], runs, strict=True):
         _row(axis, run)
-        axis.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole requests
     axes[-1, 0].set_xlabel("seconds")
     drawn.suptitle(title)
     # The lines mean the same in every row: one legend, below them.
@@ -152,6 +150,8 @@ def figure(runs: list[Run], title: str) -> Any:
 
 
 def _row(axis: Any, run: Run) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     limit, period = run.limit, run.limit.period
     # How many admitted requests reached the app in the period up to each instant.
     reached = sorted(run.reached_us)
@@ -175,6 +175,8 @@ def _row(axis: Any, run: Run) -> None:
     for boundary in range(0, int(end // period) + 2):
         axis.axvline(boundary * period, color="grey", alpha=0.25, linewidth=0.8)
     axis.set_ylim(-0.2 * top, top)
+    # Whole requests, from 0 up: below 0 is where the ticks of admissions and refusals go.
+    axis.set_yticks([t for t in MaxNLocator(integer=True).tick_values(0, top) if 0 <= t <= top])
     axis.set_title(run.algorithm, loc="left", fontsize=9)
     axis.set_ylabel("requests", fontsize=8)
     axis.tick_params(labelsize=8)
