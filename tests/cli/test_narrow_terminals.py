@@ -63,7 +63,8 @@ def test_check_shows_every_cell_whole(tmp_path: Path) -> None:
         "limiter's",
     )  # fmt: skip
     health = ("/health", "any", "/health", "identity", "any", "not limited", "1", "limiter's")
-    default = ("default", "any", "(no rule matched)", "identity", "", "1000/hour", "1", "limiter's")
+    default = ("default", "any", "(no rule matched)", "identity", "any",
+               "1000/hour (sliding_window_counter)", "1", "limiter's")  # fmt: skip
     shown_whole(result.stdout, [exports, health, default])
 
 

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .._errors import ConfigurationError
+from ..http._rules import Rule
 from ..http._rules_file import RulesFile, load_rules_file
 from ._app import app
 from ._output import fail, table
@@ -31,8 +32,12 @@ def check(
 
 def rules_table(loaded: RulesFile) -> Table:
     """The rules of a file as a table: one row per rule and tier."""
+    default = None
+    if loaded.default_limits is not None:  # as the limiter builds it
+        default = Rule("/{path:path}", limits=loaded.default_limits, name="default")
     rows = []
-    for rule in loaded.rules:
+    for rule in [*loaded.rules, *([default] if default else [])]:
+        path = "(no rule matched)" if rule is default else rule.path
         methods = ", ".join(sorted(rule.methods)) if rule.methods else "any"
         cost = "callable" if rule.static_cost is None else f"{rule.static_cost:g}"
         messages = ", ".join(_limit_text(limit) for limit in rule.messages)
@@ -46,12 +51,9 @@ def rules_table(loaded: RulesFile) -> Table:
             if messages:
                 limits += f"; messages: {messages}"
             rows.append((
-                rule.name, methods, rule.path, rule.key if isinstance(rule.key, str) else "own",
+                rule.name, methods, path, rule.key if isinstance(rule.key, str) else "own",
                 tier or "any", limits, cost, rule.mode or "limiter's",
             ))  # fmt: skip
-    if loaded.default_limits is not None:
-        rows.append(("default", "any", "(no rule matched)", "identity", "",
-                     str(loaded.default_limits), "1", "limiter's"))  # fmt: skip
     columns = ("rule", "methods", "path", "key", "tier", "limits", "cost", "mode")
     shown = table(f"{loaded.path}: {len(loaded.rules)} rules", columns, rows)
     for which, entries in (("allow", loaded.allow), ("deny", loaded.deny)):
