@@ -128,17 +128,6 @@ def test_the_docs_list_every_key_a_rules_file_takes() -> None:
     assert "priority" in listed["a `[[rules]]` table"]
 
 
-def test_check_shows_an_exempt_path_as_not_limited(tmp_path: Path) -> None:
-    path = tmp_path / "rules.toml"
-    path.write_text('[[rules]]\npath = "/health"\nlimits = []\n')
-    result = runner.invoke(app, ["check", str(path)], env={"COLUMNS": "200"})
-    assert result.exit_code == 0, result.output
-    (line,) = [line for line in result.output.splitlines() if "/health" in line]
-    assert [cell.strip() for cell in line.strip("│").split("│")] == [
-        "/health", "any", "/health", "identity", "any", "not limited", "1", "limiter's"
-    ]  # fmt: skip
-
-
 def test_every_command_has_help() -> None:
     for command in ("check", "usage", "reset"):
         result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})

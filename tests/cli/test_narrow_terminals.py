@@ -1,6 +1,6 @@
-"""The tables of ``check``, ``usage`` and ``simulate`` on a terminal 60 columns wide: cells
-wrap (a long word folds onto the next line), and every character of every cell shows; none
-is cut to an ellipsis."""
+"""The tables of ``check`` (an exempt rule's "not limited" too), ``usage`` and ``simulate``
+on a terminal 60 columns wide: cells wrap (a long word folds onto the next line), and every
+character of every cell shows; none is cut to an ellipsis."""
 
 from __future__ import annotations
 
