@@ -115,28 +115,17 @@ async def test_a_redis_url_makes_a_working_redis_limiter(
     assert [d.allowed for d in decisions] == [True, True, False]
 
 
-@pytest.mark.parametrize(
-    ("url", "message"),
-    [
-        ("redis+cluster://node]:7000", "RedisBackend.from_url('redis+cluster://node]:7000'): "
-         "cannot be read (Invalid IPv6 URL); fix the URL"),
-        ("redis+sentinel://[::1:26379/mymaster", "RedisBackend.from_url("
-         "'redis+sentinel://[::1:26379/mymaster'): cannot be read (Invalid IPv6 URL)"),
-        ("rediss://:secret@redis:6380/0?ssl_cert_reqs=maybe", "RedisBackend.from_url("
-         "'rediss://:***@redis:6380/0?ssl_cert_reqs=maybe'): cannot be read (Invalid SSL "
-         "Certificate Requirements Flag: maybe)"),
-        ("rediss://redis:6380/0?max_connections=-1", "RedisBackend.from_url("
-         "'rediss://redis:6380/0?max_connections=-1'): cannot be read ("),
-    ],
-)  # fmt: skip
 def test_a_storage_url_redis_py_cannot_read_is_a_configuration_error(
-    monkeypatch: pytest.MonkeyPatch, url: str, message: str
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("RATELIMIT_STORAGE_URL", url)
+    # redis-py raises its own RedisError for this option's value: the fuzzing below found it.
+    monkeypatch.setenv("RATELIMIT_STORAGE_URL", "rediss://:secret@redis:6380/0?ssl_cert_reqs=no")
     with pytest.raises(ConfigurationError) as caught:
         RateLimiter.from_settings()
-    assert str(caught.value).startswith(message), str(caught.value)
-    assert "secret" not in str(caught.value)
+    assert str(caught.value) == (
+        "RedisBackend.from_url: the URL cannot be read (Invalid SSL Certificate Requirements "
+        "Flag: no); fix it"
+    )
 
 
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
@@ -167,11 +156,11 @@ _VALUES = {
         st.sampled_from(["1", "0", "-1", "inf", "nan", "1e400", "1" + "0" * 400, "1_000"]), _TEXT
     ),
 }  # fmt: skip
-assert sorted(_VALUES) == sorted(VARIABLES)
+assert set(_VALUES) <= set(VARIABLES)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.fixed_dictionaries({}, optional=_VALUES))
+@given(st.fixed_dictionaries({}, optional={name: _VALUES.get(name, _TEXT) for name in VARIABLES}))
 @example({"STORAGE_URL": "redis+sentinel://a]b/mymaster"})  # what it found: a ValueError
 def test_any_environment_makes_a_limiter_or_a_configuration_error(
     environment: dict[str, str],

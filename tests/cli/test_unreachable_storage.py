@@ -71,12 +71,9 @@ def test_an_unreachable_storage_is_one_line_and_exit_2(
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("redis+cluster://node]:7000",
-         "error: RedisBackend.from_url('redis+cluster://node]:7000'): cannot be read (Invalid "
-         "IPv6 URL); fix the URL\n"),
         ("rediss://:secret@redis:6380/0?ssl_cert_reqs=maybe",
-         "error: RedisBackend.from_url('rediss://:***@redis:6380/0?ssl_cert_reqs=maybe'): "
-         "cannot be read (Invalid SSL Certificate Requirements Flag: maybe); fix the URL\n"),
+         "error: RedisBackend.from_url: the URL cannot be read (Invalid SSL Certificate "
+         "Requirements Flag: maybe); fix it\n"),
         ("memcached://cache:11211",
          "error: RedisBackend.from_url('memcached://cache:11211'): unknown scheme (use "
          "redis://, rediss://, unix://, redis+cluster://host:port or "

@@ -41,7 +41,7 @@ from ._resp import pack
 from ._script import Mode, decode
 from ._script_caller import ScriptCaller
 from ._server import ServerSettings
-from ._target import Target, _masked
+from ._target import Target
 from ._topology import Cluster, SentinelMaster, Topology
 
 __all__ = ["RedisBackend"]
@@ -122,9 +122,10 @@ class RedisBackend:
             target = Target.from_url(url, options)
         except ConfigurationError:
             raise
-        except Exception as exc:  # redis-py's parsing of what it reads: ValueError, TypeError...
+        except Exception as exc:  # what redis-py makes of a query option: RedisError, ...
+            # (The URL is not shown: its password may sit where redis-py stopped reading.)
             raise ConfigurationError(
-                f"RedisBackend.from_url({_masked(url)!r}): cannot be read ({exc}); fix the URL"
+                f"RedisBackend.from_url: the URL cannot be read ({exc}); fix it"
             ) from None
         backend = cls.__new__(cls)
         backend._client = None
