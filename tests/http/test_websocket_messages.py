@@ -479,8 +479,7 @@ def test_a_rules_file_names_the_line_of_a_bad_messages(
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({}, r"rule '/ws': no limits \(give limits='5/minute', concurrency=2, or messages="),
-        ({"limits": None}, r"rule '/ws': no limits \(give limits='5/minute'"),
+        ({}, r"rule '/ws': no limits \(give limits='5/minute', concurrency=2, messages="),
         ({"messages": "5/minit"},
          r"rule '/ws': messages='5/minit': limit '5/minit': unknown period 'minit'"),
         ({"messages": []}, r"rule '/ws': messages=\[\]: limits \[\]: empty"),
