@@ -379,19 +379,6 @@ class Rule:
         return f"Rule({self.path!r}, name={self.name!r}, key={self.key!r})"
 
 
-def _limits_or_none(limits: LimitsLike | None) -> tuple[Limit, ...]:
-    """A rule's (or a tier's) limits: ``None`` or an empty list for none at all."""
-    if limits is None or (isinstance(limits, (list, tuple)) and not limits):
-        return ()
-    if isinstance(limits, bool) or (
-        isinstance(limits, str) and limits.strip().lower() in _NOT_LIMITED_WORDS
-    ):
-        raise ConfigurationError(
-            f"limits {limits!r}: not a rate (give one such as '5/minute', or {_NOT_LIMITED})"
-        )
-    return parse_limits(limits)
-
-
 def _compile_path(path: object) -> re.Pattern[str]:
     if not isinstance(path, str) or not path.startswith("/"):
         raise ConfigurationError(
@@ -489,3 +476,16 @@ def validate_cost(cost: object, context: str = "") -> float:
     if not math.isfinite(as_float(cost)) or cost < 0:
         raise ConfigurationError(f"{context}cost={cost!r}: must be a finite number >= 0 (e.g. 1)")
     return cost
+
+
+def _limits_or_none(limits: LimitsLike | None) -> tuple[Limit, ...]:
+    """A rule's (or a tier's) limits: ``None`` or an empty list for none at all."""
+    if limits is None or (isinstance(limits, (list, tuple)) and not limits):
+        return ()
+    if isinstance(limits, bool) or (
+        isinstance(limits, str) and limits.strip().lower() in _NOT_LIMITED_WORDS
+    ):
+        raise ConfigurationError(
+            f"limits {limits!r}: not a rate (give one such as '5/minute', or {_NOT_LIMITED})"
+        )
+    return parse_limits(limits)
