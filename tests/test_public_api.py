@@ -46,6 +46,7 @@ LAYERS = [
         "asgi_ratelimit._masked_url",
         "asgi_ratelimit._log_once",
         "asgi_ratelimit._named",
+        "asgi_ratelimit._numbers",
         "asgi_ratelimit._load",
         "asgi_ratelimit._shedding",
     ),

@@ -1,8 +1,14 @@
-"""`Rule`: templates, globs, methods, tiers, budget keys, and validation at construction."""
+"""`Rule`: templates, globs, methods, tiers, budget keys, exempting a path, and validation at
+construction."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from fastapi import FastAPI
+from hypothesis import given
+from hypothesis import strategies as st
 
 from asgi_ratelimit import (
     ClientIP,
@@ -10,11 +16,13 @@ from asgi_ratelimit import (
     Decision,
     Identity,
     Limit,
+    MemoryBackend,
     RateLimiter,
     Rule,
 )
 from asgi_ratelimit.http._paths import normalize_path
-from tests.conftest import settle
+from tests.conftest import FakeClock, settle
+from tests.http.conftest import client, make_app
 
 
 def matches(rule: Rule, method: str, path: str) -> bool:
@@ -159,6 +167,13 @@ async def test_cost_callable_and_number() -> None:
         ({"on_backend_error": "ignore"}, "unknown failure policy"),
         ({"name": ""}, "name='' must be a non-empty string"),
         ({"name": "caf\u00e9"}, "printable ASCII"),
+        # integers no float holds: refused, never an OverflowError
+        ({"cost": 10**400}, "cost=10{400}: must be a finite number"),
+        ({"priority": 10**400}, "priority=10{400}: use 'critical'"),
+        ({"block_for": 10**400}, "block_for=10{400}: too long"),
+        ({"block_for": -(10**400)}, "block_for=-10{400}: must be longer than 0 seconds"),
+        ({"block_for": 1, "block_reset": 10**400}, "block_reset=10{400}: too long"),
+        ({"concurrency": 1, "lease": 10**400}, "lease=10{400}: too long"),
     ],
 )
 def test_rule_validation(kwargs: dict[str, object], message: str) -> None:
@@ -224,3 +239,137 @@ def test_stop_ends_matching() -> None:
     limiter = RateLimiter(rules=[first, second], default_limits="100/hour")
     assert limiter.policy.rules.match("GET", "/api/admin") == (first,)
     assert limiter.policy.rules.match("GET", "/api/other") == (second,)
+
+
+# -- exempting a path: Rule(path, limits=None) -------------------------------------------------
+
+#: Every header the limiter may add to a response.
+RATE_LIMIT_HEADERS = ("ratelimit", "ratelimit-policy", "x-ratelimit-limit",
+                      "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after")  # fmt: skip
+#: The spellings of "this path is not limited", Python's (a rules file's `limits = []` is in
+#: tests/http/test_rules_file.py).
+EXEMPTING = [None, [], {"free": None}, {"free": []}]
+
+
+@pytest.mark.parametrize("limits", EXEMPTING, ids=repr)
+async def test_an_exempt_path_is_admitted_1000_times_under_default_limits(limits: Any) -> None:
+    limiter = RateLimiter(
+        backend=MemoryBackend(clock=FakeClock()),  # no time passes: 5 a minute stays 5
+        default_limits="5/minute",
+        rules=[Rule("/search", limits=limits)],
+    )
+    async with client(make_app(limiter)) as http:
+        for _ in range(1000):
+            response = await http.get("/search")
+            assert response.status_code == 200
+            assert not [name for name in RATE_LIMIT_HEADERS if name in response.headers]
+        others = [(await http.get("/other")).status_code for _ in range(7)]
+    assert others == [200] * 5 + [429] * 2  # the default limits hold everywhere else
+    assert limiter.describe_rules("GET", "/search") == ["/search: not limited"]
+    assert limiter.describe_rules("GET", "/other") == ["default: 5/minute"]
+
+
+async def test_an_exempting_rule_leaves_other_matching_rules_in_force_unless_it_stops() -> None:
+    def limiter(*rules: Rule) -> RateLimiter:
+        return RateLimiter(backend=MemoryBackend(clock=FakeClock()), rules=list(rules))
+
+    catch_all = Rule("/{path:path}", limits="3/minute", name="everything")
+    exempting = Rule("/search", limits=None)
+    stopping = Rule("/search", limits=None, stop=True)
+    for rules, admitted in (
+        ((exempting, catch_all), 3),  # every matching rule applies
+        ((catch_all, stopping), 3),  # stop ends the matching after it, not before
+        ((stopping, catch_all), 10),  # first with stop: the catch-all never sees /search
+    ):
+        async with client(make_app(limiter(*rules))) as http:
+            codes = [(await http.get("/search")).status_code for _ in range(10)]
+        assert codes.count(200) == admitted, rules
+    assert limiter(exempting, catch_all).describe_rules("GET", "/search") == [
+        "/search: not limited",
+        "everything: 3/minute",
+    ]
+
+
+def test_document_gives_an_exempt_route_no_429() -> None:
+    limiter = RateLimiter(default_limits="5/minute", rules=[Rule("/health", limits=None)])
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/items")
+    async def items() -> list[int]:
+        return []
+
+    limiter.document(app)
+    paths = app.openapi()["paths"]
+    assert "429" not in paths["/health"]["get"]["responses"]
+    assert "headers" not in paths["/health"]["get"]["responses"]["200"]
+    assert paths["/items"]["get"]["responses"]["429"]["description"] == (
+        "Too Many Requests: over the rate limit (default: 5/minute)."
+    )
+
+
+NOT_LIMITED = "limits=None (limits = [] in a rules file) for a path that is not limited"
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ("", "rule '/health': limits '': not a rate (give one such as '5/minute', or "
+         f"{NOT_LIMITED})"),
+        ("none", f"rule '/health': limits 'none': not a rate (give one such as '5/minute', or "
+         f"{NOT_LIMITED})"),
+        ("Unlimited", "rule '/health': limits 'Unlimited': not a rate (give one such as "
+         f"'5/minute', or {NOT_LIMITED})"),
+        (False, "rule '/health': limits False: not a rate (give one such as '5/minute', or "
+         f"{NOT_LIMITED})"),
+        ({}, "rule '/health': limits {}: empty (give at least one tier, e.g. {'free': "
+         f"'60/minute'}}, or {NOT_LIMITED})"),
+        ({"free": "none"}, "rule '/health': limits 'none': not a rate"),
+    ],
+)  # fmt: skip
+def test_confusing_spellings_of_not_limited_are_refused_with_the_one_that_works(
+    limits: Any, message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        Rule("/health", limits=limits)
+    assert str(raised.value).startswith(message)
+
+
+def test_a_rule_that_leaves_out_its_limits_is_refused_not_taken_for_an_exemption() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        Rule("/health")
+    assert str(raised.value) == (
+        "rule '/health': no limits (give limits='5/minute', concurrency=2, "
+        f"messages='10/second' for websocket rules, or {NOT_LIMITED})"
+    )
+    assert Rule("/ws", messages="10/second").tiers == {None: ()}  # messages alone: no limits
+    assert Rule("/export", concurrency=2).in_flight_name == "/export"
+
+
+_LIMIT_VALUES = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
+        st.sampled_from(["5/minute", "10/second; 1000/day", "none", "", "5/minit", "0/s"]),
+        st.builds(Limit, st.sampled_from(["1/s", "2/minute"])),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner, inner),
+        st.dictionaries(st.one_of(st.text(max_size=5), st.integers(), st.none()), inner,
+                        max_size=3),
+    ),
+    max_leaves=8,
+)  # fmt: skip
+
+
+@given(_LIMIT_VALUES)
+def test_any_limits_value_builds_a_rule_or_is_a_configuration_error(limits: Any) -> None:
+    try:
+        rule = Rule("/x", limits=limits)
+    except ConfigurationError as exc:
+        assert str(exc).startswith("rule '/x': ")
+    else:
+        assert all(isinstance(limit, Limit) for named in rule.tiers.values() for _, limit in named)

@@ -1,12 +1,14 @@
 """`RateLimitSettings` and `RateLimiter.from_settings`: RATELIMIT_* variables and .env, bad
-values named with the fix, and a limiter that works as configured (memory and Redis)."""
+values named with the fix (whatever the variables hold: nothing but `ConfigurationError`), and
+a limiter that works as configured (memory and Redis)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -192,3 +194,67 @@ async def test_the_key_secret_variable_keys_the_identities(
     async with worker.backend, other.backend:
         decisions = [await (worker, other)[i % 2].hit(key, "3/minute") for i in range(4)]
     assert [d.allowed for d in decisions] == [True, True, True, False]  # one budget
+
+
+def test_a_storage_url_redis_py_cannot_read_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # redis-py raises its own RedisError for this option's value: the fuzzing below found it.
+    monkeypatch.setenv("RATELIMIT_STORAGE_URL", "rediss://:secret@redis:6380/0?ssl_cert_reqs=no")
+    with pytest.raises(ConfigurationError) as caught:
+        RateLimiter.from_settings()
+    assert str(caught.value) == (
+        "RedisBackend.from_url: the URL cannot be read (Invalid SSL Certificate Requirements "
+        "Flag: no); fix it"
+    )
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                max_size=24)  # fmt: skip
+_HOSTS = st.one_of(_TEXT, st.sampled_from([
+    "localhost", "127.0.0.1:6379", "[::1]:6379", "h:99999", "h:x", ":pw@h:1/0", "h:1/x",
+    "h:1,h2:2", "h:1/0?ssl_cert_reqs=no", "h:1/0?socket_timeout=x", "u:p@[::1:x", "]", "%zz@h",
+]))  # fmt: skip
+#: Each variable: plausible values (to get past the others' mistakes), and any text.
+_VALUES = {
+    "ENABLED": st.one_of(st.sampled_from(["true", "false", "0", "yes", "maybe"]), _TEXT),
+    "MODE": st.one_of(st.sampled_from(["enforce", "shadow", "off"]), _TEXT),
+    "STORAGE_URL": st.one_of(
+        st.builds("{}{}".format, st.sampled_from(["memory://", "redis://", "rediss://", "unix://",
+                                                  "redis+cluster://", "redis+sentinel://", ""]),
+                  _HOSTS),
+        _TEXT,
+    ),
+    "DEFAULT_LIMITS": st.one_of(
+        st.sampled_from(["5/minute", "1/s, 2/minute", "1" + "0" * 400 + "/s", ",", "none"]), _TEXT
+    ),
+    "HEADERS": st.one_of(st.sampled_from(["both", "ietf", "none"]), _TEXT),
+    "TRUSTED_PROXIES": st.one_of(st.sampled_from(["10.0.0.0/8", "::1, 10.0.0.0/33", "*"]), _TEXT),
+    "ON_BACKEND_ERROR": st.one_of(st.sampled_from(["allow", "deny", "fallback"]), _TEXT),
+    "RULES_FILE": st.one_of(st.sampled_from(["rules.toml", "", ".", "/nowhere.toml", "/dev/null"]),
+                            _TEXT),
+    "RELOAD_RULES_EVERY": st.one_of(
+        st.sampled_from(["1", "0", "-1", "inf", "nan", "1e400", "1" + "0" * 400, "1_000"]), _TEXT
+    ),
+}  # fmt: skip
+assert set(_VALUES) <= set(VARIABLES)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.fixed_dictionaries({}, optional={name: _VALUES.get(name, _TEXT) for name in VARIABLES}))
+@example({"STORAGE_URL": "redis+sentinel://a]b/mymaster"})  # what it found: a ValueError
+def test_any_environment_makes_a_limiter_or_a_configuration_error(
+    environment: dict[str, str],
+) -> None:
+    # (the autouse fixture cleared the variables and entered a directory of this test's own)
+    Path("rules.toml").write_text('[[rules]]\npath = "/a"\nlimits = "1/s"\n')
+    for name in VARIABLES:
+        os.environ.pop(f"RATELIMIT_{name}", None)
+    os.environ.update({f"RATELIMIT_{name}": value for name, value in environment.items()})
+    try:
+        RateLimiter.from_settings()
+    except ConfigurationError as exc:
+        assert "RATELIMIT_" in str(exc) or "RedisBackend" in str(exc) or "rules" in str(exc)
+    finally:
+        for name in VARIABLES:
+            os.environ.pop(f"RATELIMIT_{name}", None)

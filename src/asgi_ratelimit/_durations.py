@@ -10,6 +10,7 @@ import math
 import re
 
 from ._errors import ConfigurationError
+from ._numbers import as_float
 from ._rates import MAX_PERIOD_SECONDS, UNIT_ALIASES, UNIT_SECONDS
 
 __all__ = ["parse_duration"]
@@ -23,7 +24,7 @@ def parse_duration(value: object, what: str) -> float:
     if isinstance(value, bool):
         raise ConfigurationError(fix)
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        seconds = as_float(value)
     elif isinstance(value, str) and (match := _DURATION.match(value)) is not None:
         unit = UNIT_ALIASES.get((match[2] or "s").lower())
         if unit is None:
@@ -33,7 +34,7 @@ def parse_duration(value: object, what: str) -> float:
         seconds = float(match[1]) * UNIT_SECONDS[unit]
     else:
         raise ConfigurationError(fix)
-    if not math.isfinite(seconds) or seconds <= 0:
+    if math.isnan(seconds) or seconds <= 0:
         raise ConfigurationError(f"{what}={value!r}: must be longer than 0 seconds")
     if seconds > MAX_PERIOD_SECONDS:
         raise ConfigurationError(

@@ -439,7 +439,8 @@ class RateLimiter:
         return checked.policies if isinstance(checked, Decision) else ()
 
     def describe_rules(self, method: str, path: str) -> list[str]:
-        """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``."""
+        """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``, and
+        those exempting it: ``["health: not limited"]``."""
         return self.policy.rules.describe(method, path)
 
     # -- FastAPI and Starlette endpoints -----------------------------------------------------
@@ -459,9 +460,16 @@ class RateLimiter:
     ) -> RateLimitDependency:
         """A FastAPI dependency: ``Depends(limiter.limit("2/minute", cost=1, key="ip"))``;
         ``limiter.limit(concurrency=2)`` admits at most 2 requests of one key at once (with a
-        rate too: ``limiter.limit("100/hour", concurrency=2)``)."""
-        from .integrations._fastapi import InFlightDependency, RateLimitDependency
+        rate too: ``limiter.limit("100/hour", concurrency=2)``). No decorator: for one, see
+        `limit_endpoint`."""
+        from .integrations._fastapi import (
+            InFlightDependency,
+            RateLimitDependency,
+            not_a_decorator,
+        )
 
+        if inspect.isroutine(limits) or inspect.isclass(limits):  # @limiter.limit, bare
+            raise not_a_decorator(limits)
         kind = RateLimitDependency if concurrency is None else InFlightDependency
         return kind(
             self,

@@ -23,6 +23,7 @@ from typing import Any
 
 from ._errors import ConfigurationError
 from ._log_once import LogOnce
+from ._numbers import as_float
 
 __all__ = ["LoadMonitor"]
 
@@ -174,6 +175,6 @@ def _positive(value: object) -> bool:
     return (
         not isinstance(value, bool)
         and isinstance(value, (int, float))
-        and math.isfinite(value)
+        and math.isfinite(as_float(value))
         and value > 0
     )

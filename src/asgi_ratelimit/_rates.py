@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Literal, get_args
 
 from ._errors import ConfigurationError
+from ._numbers import as_float
 
 __all__ = [
     "DEFAULT_ALGORITHM",
@@ -284,7 +285,7 @@ def _share(name: str, rate: str, value: object, low: float, high: float, example
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
-        or not math.isfinite(value)
+        or not math.isfinite(as_float(value))
         or not low <= value <= high
     ):
         raise ConfigurationError(

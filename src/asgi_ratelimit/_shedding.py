@@ -27,6 +27,7 @@ from typing import Any, Literal
 from ._errors import ConfigurationError
 from ._load import LoadMonitor
 from ._log_once import LogOnce
+from ._numbers import as_float
 
 __all__ = ["PRIORITIES", "LoadShedding", "Priority", "PriorityLike", "parse_priority"]
 
@@ -45,7 +46,7 @@ def parse_priority(value: object, what: str) -> float:
     if (
         isinstance(value, (int, float))
         and not isinstance(value, bool)
-        and math.isfinite(value)
+        and math.isfinite(as_float(value))
         and value >= 0
     ):
         return float(value)

@@ -1,10 +1,12 @@
 """``asgi-ratelimit check``, ``usage`` and ``reset``: through Typer's runner, a real Redis,
-and the installed console script in a subprocess."""
+and the installed console script in a subprocess; what the docs say of rules files and of
+``check``, as ``check`` says it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from typer.testing import CliRunner
 from asgi_ratelimit import RateLimiter
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.cli import _register, app
+from asgi_ratelimit.http._rules_file import _LIMIT_KEYS, _RULE_KEYS, _TOP_KEYS
 
 RULES = """\
 [[rules]]
@@ -30,6 +33,7 @@ limits = { free = "60/minute", premium = "600/minute" }
 name = "api"
 """
 SCRIPT = Path(sys.executable).parent / "asgi-ratelimit"
+CONFIGURATION = Path(__file__).resolve().parents[2] / "docs/guide/configuration.md"
 
 _register()
 runner = CliRunner()
@@ -77,6 +81,51 @@ def test_check_exits_1_with_the_file_and_line(tmp_path: Path) -> None:
     assert "broken.toml:4: rule 'login': limit '5/minit': unknown period 'minit'" in (
         result.output.replace("\n", "")
     )
+
+
+def _rules_in_a_file() -> str:
+    page = CONFIGURATION.read_text()
+    return page[page.index("## Rules in a file") : page.index("### Reloading")]
+
+
+def test_check_prints_the_docs_messages_for_the_docs_mistakes(tmp_path: Path) -> None:
+    section = _rules_in_a_file()
+    example = re.search(r"```toml\n(.*?)```", section, re.DOTALL)[1]  # type: ignore[index]
+    shown = re.search(r"```text\n(.*?)```", section, re.DOTALL)[1]  # type: ignore[index]
+    commands = shown.splitlines()[0::2]
+    printed = shown.splitlines()[1::2]
+    assert commands == ["$ asgi-ratelimit check ratelimit.toml"] * 2
+    # The mistakes the page describes: "10/secnd" for "10/second" in the /search rule, then
+    # `limit =` for `limits =` in the third rule.
+    search = example.index('path = "/search"')
+    assert search < example.index('"10/second"') < example.index("[[rules]]", search)
+    assert example.count("limits = { free") == 1
+    mistakes = [example.replace('"10/second"', '"10/secnd"', 1),
+                example.replace("limits = { free", "limit = { free")]  # fmt: skip
+    for mistaken, line in zip(mistakes, printed, strict=True):
+        path = tmp_path / "ratelimit.toml"
+        path.write_text(mistaken)
+        result = subprocess.run(
+            [str(SCRIPT), "check", "ratelimit.toml"], cwd=tmp_path, capture_output=True,
+            text=True, check=False,
+        )  # fmt: skip
+        assert (result.returncode, result.stdout, result.stderr) == (1, "", line + "\n")
+    path.write_text(example)
+    assert runner.invoke(app, ["check", str(path)]).exit_code == 0  # as written, it is valid
+
+
+def test_the_docs_list_every_key_a_rules_file_takes() -> None:
+    rows = dict(
+        re.findall(r"^\| (the top level|a `\[\[rules\]\]` table[^|]*|a limit table) \| (.*) \|$",
+                   _rules_in_a_file(), re.MULTILINE)
+    )  # fmt: skip
+    listed = {where.split(" (")[0]: re.findall(r"`(\w+)`", keys) for where, keys in rows.items()}
+    assert listed == {
+        "the top level": list(_TOP_KEYS),
+        "a `[[rules]]` table": list(_RULE_KEYS),
+        "a limit table": list(_LIMIT_KEYS),
+    }
+    assert "priority" in listed["a `[[rules]]` table"]
 
 
 def test_every_command_has_help() -> None:

@@ -1,5 +1,6 @@
 """``asgi-ratelimit simulate``: exact numbers from the real algorithms on a fake clock, the
-command's output and exit codes, and a real run that draws a PNG."""
+command's output and exit codes, a real run that draws a PNG, and what the picture says (its
+legend and axis labels, read from the figure)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typer.testing import CliRunner
 
 from asgi_ratelimit import Limit
 from asgi_ratelimit.cli import _register, app
-from asgi_ratelimit.cli._traffic import arrivals, most_in_any_window, replay
+from asgi_ratelimit.cli._simulate import figure
+from asgi_ratelimit.cli._traffic import algorithms, arrivals, most_in_any_window, replay
 
 _register()
 runner = CliRunner()
@@ -130,3 +132,33 @@ def test_the_docs_page_shows_what_the_simulator_answers() -> None:
     for pattern in ("boundary", "burst", "steady", "random"):
         assert f"](../images/{pattern}.png)" in page
         assert (Path(__file__).resolve().parents[2] / f"docs/images/{pattern}.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "legend"),
+    [
+        ({}, ["admitted in the last 60 s", "limit", "admitted", "refused"]),
+        ({"soft": 0.2}, ["admitted in the last 60 s", "limit", "bends to", "admitted", "refused"]),
+    ],
+)
+def test_the_picture_has_a_legend_and_axis_labels(
+    options: dict[str, float], legend: list[str]
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: what --plot draws with too
+    import matplotlib.pyplot as plt
+
+    limits = [Limit("10/minute", algorithm=name, **options) for name in algorithms("all")]  # type: ignore[arg-type]
+    times = arrivals("boundary", limits[0])
+    drawn = figure([replay(limit, times) for limit in limits], "10/minute, boundary pattern")
+    try:
+        (shown,) = drawn.legends  # one legend for every row: the lines mean the same in each
+        assert [text.get_text() for text in shown.get_texts()] == legend
+        assert drawn.get_suptitle() == "10/minute, boundary pattern"
+        rows = drawn.get_axes()
+        assert [axis.get_title(loc="left") for axis in rows] == list(algorithms("all"))
+        assert [axis.get_ylabel() for axis in rows] == ["requests"] * 6
+        assert [axis.get_xlabel() for axis in rows] == [""] * 5 + ["seconds"]  # one shared x
+    finally:
+        plt.close(drawn)

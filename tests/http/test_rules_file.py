@@ -1,16 +1,24 @@
-"""Rules in a TOML file: the same rules as code, errors that name the file and line,
-`reload_rules()` swapping the set whole, and the poll of ``reload_rules_every``."""
+"""Rules in a TOML file: the same rules as code (an exempt path included), errors that name
+the file, line and fix, and nothing else raised whatever the file holds; `reload_rules()`
+swapping the set whole, and the poll of ``reload_rules_every``."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
 import logging
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from asgi_ratelimit import ConfigurationError, Limit, MemoryBackend, RateLimiter, Rule
+from asgi_ratelimit.http._rules_file import _LIMIT_KEYS, _RULE_KEYS, _TOP_KEYS
 from tests.conftest import FakeClock
 
 from .conftest import client, make_app
@@ -118,6 +126,40 @@ def test_code_rules_come_first_and_the_lists_join(tmp_path: Path) -> None:
         ('rule = []\n', r"ratelimit.toml:1: unknown setting 'rule' \(use rules, default_limits"),
         ('deny = [""]\n', r"ratelimit.toml:1: .*deny"),
         ('[[rules]\npath = "/a"\n', r"ratelimit.toml: not valid TOML"),
+        # Confusing spellings of "not limited": refused with the one that works.
+        ('[[rules]]\npath = "/search"\nlimits = "none"\n', re.escape(
+            "ratelimit.toml:3: rule '/search': limits 'none': not a rate (give one such as "
+            "'5/minute', or limits=None (limits = [] in a rules file) for a path that is not "
+            "limited)")),
+        ('[[rules]]\npath = "/search"\nlimits = "unlimited"\n',
+         r"ratelimit.toml:3: rule '/search': limits 'unlimited': not a rate"),
+        ('[[rules]]\npath = "/search"\nlimits = false\n', re.escape(
+            "ratelimit.toml:3: rule '/search': limits False: give a rate ('5/minute'), a table "
+            "{ rate = ..., algorithm = ..., burst = ... }, or a list of them (limits = [] for a "
+            "path that is not limited)")),
+        ('[[rules]]\npath = "/search"\nlimits = {}\n', re.escape(
+            "ratelimit.toml:3: rule '/search': limits {}: empty (give a rate or a table of "
+            "tiers, or limits = [] for a path that is not limited)")),
+        ('[[rules]]\npath = "/search"\nlimits = { free = "none" }\n',
+         r"ratelimit.toml:3: rule '/search': limits 'none': not a rate"),
+        ('[[rules]]\npath = "/search"\nname = "search"\n', re.escape(
+            'ratelimit.toml:1: rule #1 has no limits (e.g. limits = "5/minute", concurrency = 2, '
+            'messages = "10/second" for websocket rules, or limits = [] for a path that is not '
+            "limited)")),
+        # A limit table's error names the rule, as every other limit error does.
+        ('\n[[rules]]\npath = "/a"\nlimits = { rate = "10/secnd" }\n',
+         r"ratelimit.toml:4: rule '/a': limit '10/secnd'"),
+        ('\n[[rules]]\npath = "/a"\nlimits = [{ rate = "1/s" }, { rate = "2/s", bucket = 1 }]\n',
+         re.escape("ratelimit.toml:4: rule '/a': limit {'rate': '2/s', 'bucket': 1}: unknown "
+                   "key 'bucket'")),
+        ('\n[[rules]]\npath = "/a"\nname = "a"\nlimits = { free = { rate = "0/s" } }\n',
+         r"ratelimit.toml:5: rule 'a': limit '0/s': the amount must be at least 1"),
+        ('\n[[rules]]\npath = "/a"\nmethods = ["POST"]\n'
+         'messages = { rate = "1/s", algorithm = "x" }\n',
+         r"ratelimit.toml:5: rule 'POST /a': limit '1/s': unknown algorithm 'x'"),
+        ('\n[[rules]]\npath = "/a"\nmethods = ["P O S T"]\n'
+         'limits = { rate = "1/s", burst = 0 }\n',
+         r"ratelimit.toml:5: rule #1: limit '1/s': burst=0"),
     ],
 )  # fmt: skip
 def test_a_broken_file_names_the_file_the_line_and_the_fix(
@@ -253,3 +295,170 @@ async def test_the_middleware_starts_the_poll_at_start_up_and_stops_it_at_shutdo
     await running
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert limiter._poller is None
+
+
+# -- exempting a path: limits = [] -------------------------------------------------------------
+
+EXEMPT = """\
+default_limits = "5/minute"
+
+[[rules]]
+path = "/search"
+limits = []
+
+[[rules]]
+path = "/api/{path:path}"
+limits = { free = [], premium = "50/minute" }
+"""
+
+
+async def test_an_empty_limits_list_exempts_a_path_as_none_does_in_python(tmp_path: Path) -> None:
+    limiter = RateLimiter(
+        backend=MemoryBackend(clock=FakeClock(ALIGNED)), rules_file=write(tmp_path, EXEMPT)
+    )
+    search, api = limiter.rules
+    assert search.tiers == Rule("/search", limits=None).tiers == {None: ()}
+    assert api.tiers["free"] == Rule("/api", limits={"free": None}).tiers["free"] == ()
+    async with client(make_app(limiter)) as http:
+        for path in ("/search", "/api/x"):  # the rule's path, and an unlimited tier's
+            for _ in range(1000):
+                response = await http.get(path)
+                assert response.status_code == 200
+                assert "ratelimit-policy" not in response.headers
+                assert "x-ratelimit-limit" not in response.headers
+        others = [(await http.get("/other")).status_code for _ in range(7)]
+    assert others == [200] * 5 + [429] * 2
+    assert limiter.describe_rules("GET", "/search") == ["/search: not limited"]
+
+
+# -- fuzzing: whatever a file holds, the answer is a limiter or a ConfigurationError -------------
+
+
+def toml(value: Any) -> str:
+    """``value`` written as a TOML value (inline tables and arrays)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)  # TOML's too: 1e+300, inf, -inf, nan
+    if isinstance(value, str):  # JSON's escapes are TOML's, but for DEL, which TOML escapes
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, list):
+        return "[" + ", ".join(toml(item) for item in value) + "]"
+    return "{" + ", ".join(f"{toml(str(k))} = {toml(v)}" for k, v in value.items()) + "}"
+
+
+def document(settings: dict[str, Any], rules: list[dict[str, Any]]) -> str:
+    lines = [f"{toml(key)} = {toml(value)}" for key, value in settings.items()]
+    for rule in rules:
+        lines += ["[[rules]]", *(f"{toml(key)} = {toml(value)}" for key, value in rule.items())]
+    return "\n".join(lines) + "\n"
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=16)
+_INTEGERS = st.one_of(st.integers(), st.integers(min_value=2**53, max_value=10**400),
+                      st.integers(min_value=-(10**400), max_value=-(2**53)))  # fmt: skip
+_RATES = st.one_of(
+    st.sampled_from(["5/minute", "10/second", "100 per 15 minutes", "none", "", "5/minit"]),
+    st.builds("{}/{}".format, _INTEGERS, st.sampled_from(["s", "minute", "day", "0 s"])),
+    st.builds("{} per {} seconds".format, _INTEGERS, st.one_of(_INTEGERS, st.floats())),
+)
+_SCALARS = st.one_of(st.booleans(), _INTEGERS, st.floats(), _TEXT, _RATES, st.dates(),
+                     st.datetimes(), st.times())  # fmt: skip
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(_TEXT, st.sampled_from([*_LIMIT_KEYS, "free"])), inner,
+                        max_size=3),
+    ),
+    max_leaves=8,
+)  # fmt: skip
+_LIMIT_TABLES = st.fixed_dictionaries(
+    {"rate": _RATES},
+    optional={"algorithm": st.one_of(st.sampled_from(["token_bucket", "gcra", "x"]), _VALUES),
+              "burst": st.one_of(_INTEGERS, st.floats(), _VALUES)},
+)  # fmt: skip
+_LIMITS = st.one_of(
+    _RATES,
+    _LIMIT_TABLES,
+    st.lists(st.one_of(_RATES, _LIMIT_TABLES), max_size=3),
+    st.dictionaries(st.sampled_from(["free", "premium", ""]),
+                    st.one_of(_RATES, _LIMIT_TABLES, st.just([]), _VALUES), max_size=3),
+    st.just([]),
+    _VALUES,
+)  # fmt: skip
+_DURATIONS = st.one_of(st.sampled_from(["1 minute", "10s", "5 fortnights"]), _INTEGERS,
+                       st.floats(), st.builds("{} seconds".format, _INTEGERS), _VALUES)  # fmt: skip
+# Each key of a rule: plausible values (so that a file gets past its first mistake), and any.
+_RULE_VALUES = {
+    "path": st.one_of(st.sampled_from(["/a", "/items/{id}", "/api/*", "/{p:path}"]), _VALUES),
+    "methods": st.one_of(st.lists(st.sampled_from(["GET", "post", "HEAD", "G T"])), _VALUES),
+    "limits": _LIMITS,
+    "messages": _LIMITS,
+    "key": st.one_of(st.sampled_from(["identity", "ip", "global", "path", "country"]), _VALUES),
+    "cost": st.one_of(_INTEGERS, st.floats(), _VALUES),
+    "concurrency": st.one_of(_INTEGERS, st.floats(), _VALUES),
+    "block_for": _DURATIONS,
+    "block_reset": _DURATIONS,
+    "lease": _DURATIONS,
+    "mode": st.one_of(st.sampled_from(["enforce", "shadow", "off"]), _VALUES),
+    "on_backend_error": st.one_of(st.sampled_from(["allow", "deny", "fallback"]), _VALUES),
+    "priority": st.one_of(st.sampled_from(["critical", "low"]), _INTEGERS, st.floats(), _VALUES),
+    "countries": st.one_of(st.lists(st.sampled_from(["DE", "br", "XX", "T1"])), _VALUES),
+}
+assert set(_RULE_VALUES) == set(_RULE_KEYS) - {"name", "stop"}
+_RULES = st.fixed_dictionaries(
+    {"path": _RULE_VALUES["path"], "limits": _LIMITS},
+    optional={key: _RULE_VALUES.get(key, _VALUES) for key in _RULE_KEYS
+              if key not in ("path", "limits")},
+)  # fmt: skip
+_SETTING_VALUES = {
+    "default_limits": _LIMITS,
+    "default_tier": st.one_of(st.just("free"), _VALUES),
+    "allow": st.one_of(st.lists(st.sampled_from(["10.0.0.0/8", "ip:1", "", "1.2.3.4/33"])),
+                       _VALUES),
+    "deny": _VALUES,
+}  # fmt: skip
+assert set(_SETTING_VALUES) == set(_TOP_KEYS) - {"rules"}
+_SETTINGS = st.fixed_dictionaries({}, optional={**_SETTING_VALUES, "unknown": _VALUES})
+
+
+def _limiter_or_configuration_error(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+    try:
+        # country=: rules by country are valid with a source of countries
+        RateLimiter(rules_file=path, validate=False, country=lambda scope: "DE")
+    except ConfigurationError as exc:
+        assert str(exc).startswith(str(path)), exc  # it names the file
+
+
+# Each example rewrites the same file: the temporary directory is not the test's state.
+_FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@_FUZZ
+@given(_SETTINGS, st.lists(_RULES, max_size=3))
+# What it found: integers too large for a float raised OverflowError.
+@example({}, [{"path": "/a", "limits": "1/s", "cost": 10**400}])
+@example({}, [{"path": "/a", "limits": "1/s", "priority": 10**400}])
+@example({}, [{"path": "/a", "limits": "1/s", "block_for": 10**400}])
+@example({}, [{"path": "/a", "limits": "1/s", "block_for": 1, "block_reset": -(10**400)}])
+@example({}, [{"path": "/a", "concurrency": 1, "lease": 10**400}])
+def test_any_rules_file_builds_a_limiter_or_is_a_configuration_error(
+    tmp_path: Path, settings: dict[str, Any], rules: list[dict[str, Any]]
+) -> None:
+    _limiter_or_configuration_error(tmp_path / "fuzzed.toml", document(settings, rules))
+
+
+@_FUZZ
+@given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=200))
+def test_any_text_as_a_rules_file_is_a_limiter_or_a_configuration_error(
+    tmp_path: Path, text: str
+) -> None:
+    _limiter_or_configuration_error(tmp_path / "fuzzed.toml", text)

@@ -459,10 +459,10 @@ def test_a_rules_file_limits_messages_too(tmp_path: Path) -> None:
     [
         ('[[rules]]\npath = "/ws"\n',
          r"ratelimit.toml:1: rule #1 has no limits \(e.g. limits = \"5/minute\", concurrency = 2, "
-         r"or messages = "
-         r"\"10/second\" for websocket rules\)"),
+         r"messages = \"10/second\" for websocket rules, or limits = \[\] for a path that is "
+         r"not limited\)"),
         ('[[rules]]\npath = "/ws"\nmessages = 5\n',
-         r"ratelimit.toml:3: messages 5: give a rate \('5/minute'\)"),
+         r"ratelimit.toml:3: rule '/ws': messages 5: give a rate \('5/minute'\)"),
         ('[[rules]]\npath = "/ws"\nlimits = "5/minute"\nmessages = "5/minit"\n',
          r"ratelimit.toml:4: rule '/ws': messages='5/minit': limit '5/minit': unknown period"),
     ],
@@ -479,8 +479,7 @@ def test_a_rules_file_names_the_line_of_a_bad_messages(
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({}, r"rule '/ws': no limits \(give limits='5/minute', concurrency=2, or messages="),
-        ({"limits": None}, r"rule '/ws': no limits \(give limits='5/minute'"),
+        ({}, r"rule '/ws': no limits \(give limits='5/minute', concurrency=2, messages="),
         ({"messages": "5/minit"},
          r"rule '/ws': messages='5/minit': limit '5/minit': unknown period 'minit'"),
         ({"messages": []}, r"rule '/ws': messages=\[\]: limits \[\]: empty"),

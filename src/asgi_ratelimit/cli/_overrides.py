@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -10,10 +9,9 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from .._errors import BackendError, ConfigurationError
 from .._limiter import RateLimiter
 from ._app import app
-from ._storage import IdentityKey, KeySecretOption, Storage, limiter_on
+from ._storage import IdentityKey, KeySecretOption, Storage, limiter_on, run_on
 
 __all__ = ["delete", "get", "override", "set_"]
 
@@ -90,14 +88,4 @@ def delete(
 def _run(
     action: Callable[[RateLimiter], Awaitable[_T]], storage: str, key_secret: str | None
 ) -> _T:
-    limiter = limiter_on(storage, key_secret=key_secret)
-
-    async def run() -> _T:
-        async with limiter.backend:
-            return await action(limiter)
-
-    try:
-        return asyncio.run(run())
-    except (ConfigurationError, BackendError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    return run_on(limiter_on(storage, key_secret=key_secret), action)

@@ -10,8 +10,10 @@ from rich.console import Console
 from rich.table import Table
 
 from .._errors import ConfigurationError
+from ..http._rules import Rule
 from ..http._rules_file import RulesFile, load_rules_file
 from ._app import app
+from ._output import fail, table
 
 __all__ = ["check", "rules_table"]
 
@@ -24,40 +26,40 @@ def check(
     try:
         loaded = load_rules_file(rules_file)
     except ConfigurationError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(1) from None
+        fail(exc, 1)
     Console().print(rules_table(loaded))
 
 
 def rules_table(loaded: RulesFile) -> Table:
     """The rules of a file as a table: one row per rule and tier."""
-    table = Table(title=f"{loaded.path}: {len(loaded.rules)} rules")
-    for column in ("rule", "methods", "path", "key", "tier", "limits", "cost", "mode"):
-        table.add_column(column)
-    rules = list(loaded.rules)
-    for rule in rules:
+    default = None
+    if loaded.default_limits is not None:  # as the limiter builds it
+        default = Rule("/{path:path}", limits=loaded.default_limits, name="default")
+    rows = []
+    for rule in [*loaded.rules, *([default] if default else [])]:
+        path = "(no rule matched)" if rule is default else rule.path
         methods = ", ".join(sorted(rule.methods)) if rule.methods else "any"
         cost = "callable" if rule.static_cost is None else f"{rule.static_cost:g}"
         messages = ", ".join(_limit_text(limit) for limit in rule.messages)
+        # A rule that limits nothing at all exempts its path (`limits = []`).
+        exempts = rule.in_flight is None and not messages and not any(rule.tiers.values())
         for tier, named in rule.tiers.items():
             texts = [_limit_text(limit) for _, limit in named]
             if rule.in_flight is not None:
                 texts.append(f"{rule.in_flight.text} (lease {rule.in_flight.lease:g}s)")
-            limits = ", ".join(texts) or "unlimited"
+            limits = "not limited" if exempts else ", ".join(texts) or "unlimited"
             if messages:
                 limits += f"; messages: {messages}"
-            table.add_row(
-                rule.name, methods, rule.path, rule.key if isinstance(rule.key, str) else "own",
-                tier or "any", limits, cost,
-                rule.mode or "limiter's",
-            )  # fmt: skip
-    if loaded.default_limits is not None:
-        table.add_row("default", "any", "(no rule matched)", "identity", "", str(
-            loaded.default_limits), "1", "limiter's")  # fmt: skip
+            rows.append((
+                rule.name, methods, path, rule.key if isinstance(rule.key, str) else "own",
+                tier or "any", limits, cost, rule.mode or "limiter's",
+            ))  # fmt: skip
+    columns = ("rule", "methods", "path", "key", "tier", "limits", "cost", "mode")
+    shown = table(f"{loaded.path}: {len(loaded.rules)} rules", columns, rows)
     for which, entries in (("allow", loaded.allow), ("deny", loaded.deny)):
         if entries:
-            table.caption = (table.caption or "") + f"{which}: {', '.join(entries)}  "
-    return table
+            shown.caption = (shown.caption or "") + f"{which}: {', '.join(entries)}  "
+    return shown
 
 
 def _limit_text(limit: object) -> str:

@@ -19,9 +19,10 @@ from rich.table import Table
 from .._errors import ConfigurationError
 from .._rates import Limit
 from ._app import app
+from ._output import table
 from ._traffic import PATTERNS, Run, algorithms, arrivals, replay
 
-__all__ = ["plot", "simulate"]
+__all__ = ["figure", "plot", "simulate"]
 
 #: Requests, over every algorithm, beyond which a progress bar shows.
 _PROGRESS_FROM = 5000
@@ -105,21 +106,18 @@ def _replay_all(limits: list[Limit], times: list[float], busy_from: float | None
 
 
 def _table(limit: str, pattern: str, requests: int, runs: list[Run]) -> Table:
-    table = Table(title=f"{limit}: {requests} requests, {pattern} pattern")
-    for column in ("algorithm", "admitted", "refused", "most in any window", "longest delay (s)",
-                   "longest retry (s)"):  # fmt: skip
-        table.add_column(column, justify="left" if column == "algorithm" else "right")
-    for run in runs:
-        table.add_row(
-            run.algorithm, str(run.admitted), str(run.refused), str(run.most_in_any_window),
-            f"{run.longest_delay:g}", f"{run.longest_retry:g}",
-        )  # fmt: skip
-    return table
+    columns = ("algorithm", "admitted", "refused", "most in any window", "longest delay (s)",
+               "longest retry (s)")  # fmt: skip
+    rows = [
+        (run.algorithm, str(run.admitted), str(run.refused), str(run.most_in_any_window),
+         f"{run.longest_delay:g}", f"{run.longest_retry:g}")
+        for run in runs
+    ]  # fmt: skip
+    return table(f"{limit}: {requests} requests, {pattern} pattern", columns, rows, columns[1:])
 
 
 def plot(runs: list[Run], title: str, path: Path) -> None:
-    """One row per algorithm: requests admitted in the last period over time (against the
-    limit), and each admission and refusal as a tick."""
+    """Draw `figure` into a PNG at ``path``."""
     try:
         import matplotlib
 
@@ -128,18 +126,32 @@ def plot(runs: list[Run], title: str, path: Path) -> None:
     except ImportError:
         typer.echo('error: --plot needs matplotlib: pip install "asgi-rate-limit[plot]"', err=True)
         raise typer.Exit(2) from None
-    figure, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False,
-                                figsize=(10, 1.7 * len(runs) + 0.8))  # fmt: skip
+    drawn = figure(runs, title)
+    drawn.savefig(path, dpi=90)
+    plt.close(drawn)
+
+
+def figure(runs: list[Run], title: str) -> Any:
+    """One row per algorithm: requests admitted in the last period over time (against the
+    limit), and each admission and refusal as a tick; one legend says which line is which,
+    and the axes say what they count (requests, over seconds)."""
+    import matplotlib.pyplot as plt
+
+    drawn, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, layout="constrained",
+                               figsize=(10, 1.7 * len(runs) + 1.2))  # fmt: skip
     for axis, run in zip(axes[:, 0], runs, strict=True):
         _row(axis, run)
     axes[-1, 0].set_xlabel("seconds")
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
+    drawn.suptitle(title)
+    # The lines mean the same in every row: one legend, below them.
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    drawn.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
+    return drawn
 
 
 def _row(axis: Any, run: Run) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     limit, period = run.limit, run.limit.period
     # How many admitted requests reached the app in the period up to each instant.
     reached = sorted(run.reached_us)
@@ -150,7 +162,7 @@ def _row(axis: Any, run: Run) -> None:
     for t in grid:
         now = round(t * 1_000_000)
         counts.append(bisect_right(reached, now) - bisect_right(reached, now - period_us))
-    axis.plot(grid, counts, color="tab:green", label="admitted in the last period")
+    axis.plot(grid, counts, color="tab:green", label=f"admitted in the last {period:g} s")
     axis.axhline(limit.amount, color="black", linestyle="--", linewidth=0.8, label="limit")
     ceiling = limit.enforced.amount * limit.elastic
     if ceiling != limit.amount:  # what a soft or elastic limit admits at most
@@ -163,5 +175,8 @@ def _row(axis: Any, run: Run) -> None:
     for boundary in range(0, int(end // period) + 2):
         axis.axvline(boundary * period, color="grey", alpha=0.25, linewidth=0.8)
     axis.set_ylim(-0.2 * top, top)
-    axis.set_ylabel(run.algorithm.replace("_", "\n"), fontsize=8)
+    # Whole requests, from 0 up: below 0 is where the ticks of admissions and refusals go.
+    axis.set_yticks([t for t in MaxNLocator(integer=True).tick_values(0, top) if 0 <= t <= top])
+    axis.set_title(run.algorithm, loc="left", fontsize=9)
+    axis.set_ylabel("requests", fontsize=8)
     axis.tick_params(labelsize=8)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json as json_module
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from .._errors import ConfigurationError
+from .._errors import BackendError, ConfigurationError
 from .._identity import Identity
 from .._key_secret import KeySecret
 from .._limiter import RateLimiter
@@ -20,8 +20,11 @@ from .._masked_url import masked_url
 from .._overrides import REACHES_EVERY_PROCESS
 from ..http.identity._country import country_code
 from ._app import app
+from ._output import fail, table
 
-__all__ = ["IdentityKey", "KeySecretOption", "Storage", "limiter_on", "reset", "usage"]
+__all__ = ["IdentityKey", "KeySecretOption", "Storage", "limiter_on", "reset", "run_on", "usage"]
+
+_T = TypeVar("_T")
 
 Storage = Annotated[
     str, typer.Option("--storage", help="The backend's URL, e.g. redis://localhost:6379/0.")
@@ -56,24 +59,24 @@ def usage(
 ) -> None:
     """Show an identity's budget under every rule, consuming nothing."""
     limiter = limiter_on(storage, rules, country, key_secret)
-    statuses = asyncio.run(_usage(limiter, Identity(identity, tier, "cli")))
+    statuses = run_on(limiter, lambda limiter: _usage(limiter, Identity(identity, tier, "cli")))
     if json:
         typer.echo(json_module.dumps(statuses))
         return
-    table = Table(title=f"{identity} on {masked_url(storage)}")
-    for column in ("policy", "limit", "remaining", "used", "full in (s)", "window (s)"):
-        table.add_column(column)
-    for name, row in statuses.items():
-        table.add_row(name, *(str(row[key]) for key in ("limit", "remaining", "used", "reset",
-                                                          "window")))  # fmt: skip
-    Console().print(table)
+    columns = ("policy", "limit", "remaining", "used", "full in (s)", "window (s)")
+    rows = [
+        (name, *(str(row[key]) for key in ("limit", "remaining", "used", "reset", "window")))
+        for name, row in statuses.items()
+    ]
+    Console().print(table(f"{identity} on {masked_url(storage)}", columns, rows))
 
 
 @app.command()
 def reset(identity: IdentityKey, storage: Storage, key_secret: KeySecretOption = None) -> None:
     """Give an identity every budget back: rules, route limits, direct use."""
-    limiter = limiter_on(storage, key_secret=key_secret)
-    asyncio.run(_reset(limiter, identity))
+    run_on(
+        limiter_on(storage, key_secret=key_secret), lambda limiter: limiter.reset_identity(identity)
+    )
     typer.echo(
         f"{identity}: every budget is full again, in every worker within "
         f"{REACHES_EVERY_PROCESS:g} s"
@@ -117,18 +120,25 @@ def limiter_on(
             key_secret=key_secret,
         )
     except (ConfigurationError, ImportError) as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        fail(exc, 2)
+
+
+def run_on(limiter: RateLimiter, action: Callable[[RateLimiter], Awaitable[_T]]) -> _T:
+    """``action``'s answer, run with the limiter's backend open. Storage that cannot be
+    reached, or that fails, is one line on standard error and exit 2, never a traceback."""
+
+    async def run() -> _T:
+        async with limiter.backend:
+            return await action(limiter)
+
+    try:
+        return asyncio.run(run())
+    except (ConfigurationError, BackendError, OSError) as exc:
+        fail(exc, 2)
 
 
 async def _usage(limiter: RateLimiter, identity: Identity) -> dict[str, dict[str, int]]:
-    async with limiter.backend:
-        scope: dict[str, Any] = {"type": "http", "headers": []}
-        if identity.key.startswith("ip:"):  # rules keyed by IP count this address
-            scope["client"] = (identity.key[3:], 0)
-        return await limiter.usage_endpoint().resources(scope, identity)
-
-
-async def _reset(limiter: RateLimiter, identity: str) -> None:
-    async with limiter.backend:
-        await limiter.reset_identity(identity)
+    scope: dict[str, Any] = {"type": "http", "headers": []}
+    if identity.key.startswith("ip:"):  # rules keyed by IP count this address
+        scope["client"] = (identity.key[3:], 0)
+    return await limiter.usage_endpoint().resources(scope, identity)

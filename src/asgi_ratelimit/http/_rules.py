@@ -7,6 +7,7 @@ validated and compiled once, at construction.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import math
 import re
@@ -18,6 +19,7 @@ from .._durations import parse_duration
 from .._engine import validate_failure_policy, validate_mode
 from .._errors import ConfigurationError
 from .._in_flight import DEFAULT_LEASE, InFlight
+from .._numbers import as_float
 from .._rates import Limit, LimitsLike, parse_limits
 from .._shedding import PriorityLike, parse_priority
 from ..backends._protocol import Block
@@ -41,6 +43,20 @@ _METHOD = re.compile(r"^[A-Za-z]{1,20}$")
 _MAX_KEY_PATH = 128
 
 
+class _Omitted(enum.Enum):
+    """``limits`` left out, told apart from ``limits=None`` (the path is not limited): a rule
+    that forgot its limits is refused rather than taken for an exemption."""
+
+    OMITTED = "omitted"
+
+
+_OMITTED = _Omitted.OMITTED
+#: How a rule says "not limited", for the messages that refuse other spellings of it.
+_NOT_LIMITED = "limits=None (limits = [] in a rules file) for a path that is not limited"
+#: Words people write for "not limited" that are no rate: refused with the spelling that works.
+_NOT_LIMITED_WORDS = frozenset({"", "none", "null", "unlimited", "no limit", "no limits"})
+
+
 class Rule:
     """Limits for the requests whose method and normalized path match.
 
@@ -61,8 +77,12 @@ class Rule:
     country; the limiter needs ``country=...``), or a callable of your own,
     ``scope -> str | None`` (sync or async): per what it answers, and None leaves the rule
     out of the request's decision.
-    ``limits`` is a limit, a list, or a dict tier -> limits (``None`` for unlimited); it may
-    be left out when ``concurrency`` or ``messages`` is given.
+    ``limits`` is a limit, a list, or a dict tier -> limits (``None`` or ``[]`` for an
+    unlimited tier); it may be left out when ``concurrency`` or ``messages`` is given.
+    ``limits=None`` (or ``[]``; ``limits = []`` in a rules file) exempts the path:
+    ``Rule("/health", limits=None)`` counts nothing there and keeps ``default_limits`` (which
+    apply when no rule matches) off it; other rules matching the path still apply, unless an
+    exempting rule before them says ``stop=True``.
     ``messages`` (a limit or a list, no tiers) limits the messages each websocket connection
     on the rule's path sends, once ``RateLimitMiddleware(..., websocket=True)`` admitted its
     handshake; each connection counts its own. A rule with ``messages`` only limits the
@@ -162,7 +182,7 @@ class Rule:
         path: str,
         methods: Iterable[str] | str | None = None,
         *,
-        limits: LimitsLike | TieredLimits | None = None,
+        limits: LimitsLike | TieredLimits | _Omitted | None = _OMITTED,
         messages: LimitsLike | None = None,
         name: str | None = None,
         key: RuleKey | KeyFunction = "identity",
@@ -228,16 +248,19 @@ class Rule:
                 f"rule {self.name!r}: lease={lease!r} applies to in-flight limits only (give "
                 "concurrency=N too, or remove lease)"
             )
-        if limits is None and self.in_flight is None and messages is None:
-            raise ConfigurationError(
-                f"rule {self.name!r}: no limits (give limits='5/minute', concurrency=2, or "
-                "messages='10/second' for websocket rules)"
-            )
-        # A messages-only rule still matches its requests, with nothing to count for them.
-        self.tiers = {None: ()} if limits is None else self._parse_tiers(limits)
+        if limits is _OMITTED:
+            if self.in_flight is None and messages is None:
+                raise ConfigurationError(
+                    f"rule {self.name!r}: no limits (give limits='5/minute', concurrency=2, "
+                    f"messages='10/second' for websocket rules, or {_NOT_LIMITED})"
+                )
+            limits = None
+        # A rule with no limits (an exemption, or messages only) still matches its requests,
+        # with nothing to count for them.
+        self.tiers = self._parse_tiers(limits)
         self.messages = () if messages is None else self._parse_messages(messages)
         self.in_flight_name = self.name
-        if self.in_flight is not None and limits is not None:
+        if self.in_flight is not None and any(self.tiers.values()):
             self.in_flight_name = f"{self.name} {self.in_flight.text}"
         self.policies = {
             tier: tuple(
@@ -266,13 +289,14 @@ class Rule:
         return Block(durations, round(reset * 1_000_000))
 
     def _parse_tiers(
-        self, limits: LimitsLike | TieredLimits
+        self, limits: LimitsLike | TieredLimits | None
     ) -> dict[str | None, tuple[tuple[str, Limit], ...]]:
         try:
             if isinstance(limits, Mapping):
                 if not limits:
                     raise ConfigurationError(
-                        "limits {}: empty (give at least one tier, e.g. {'free': '60/minute'})"
+                        "limits {}: empty (give at least one tier, e.g. {'free': '60/minute'}, "
+                        f"or {_NOT_LIMITED})"
                     )
                 tiers: dict[str | None, tuple[tuple[str, Limit], ...]] = {}
                 for tier, tier_limits in limits.items():
@@ -280,10 +304,9 @@ class Rule:
                         raise ConfigurationError(
                             f"limits: tier {tier!r} must be a non-empty string such as 'free'"
                         )
-                    parsed = () if tier_limits is None else parse_limits(tier_limits)
-                    tiers[tier] = self._named(parsed)
+                    tiers[tier] = self._named(_limits_or_none(tier_limits))
                 return tiers
-            return {None: self._named(parse_limits(limits))}
+            return {None: self._named(_limits_or_none(limits))}
         except ConfigurationError as exc:
             raise ConfigurationError(f"rule {self.name!r}: {exc}") from None
 
@@ -391,6 +414,19 @@ def validate_cost(cost: object, context: str = "") -> float:
     """A cost is a finite number >= 0 (0 consumes nothing); anything else is refused."""
     if isinstance(cost, bool) or not isinstance(cost, (int, float)):
         raise ConfigurationError(f"{context}cost={cost!r}: must be a number >= 0 (e.g. 1)")
-    if not math.isfinite(cost) or cost < 0:
+    if not math.isfinite(as_float(cost)) or cost < 0:
         raise ConfigurationError(f"{context}cost={cost!r}: must be a finite number >= 0 (e.g. 1)")
     return cost
+
+
+def _limits_or_none(limits: LimitsLike | None) -> tuple[Limit, ...]:
+    """A rule's (or a tier's) limits: ``None`` or an empty list for none at all."""
+    if limits is None or (isinstance(limits, (list, tuple)) and not limits):
+        return ()
+    if isinstance(limits, bool) or (
+        isinstance(limits, str) and limits.strip().lower() in _NOT_LIMITED_WORDS
+    ):
+        raise ConfigurationError(
+            f"limits {limits!r}: not a rate (give one such as '5/minute', or {_NOT_LIMITED})"
+        )
+    return parse_limits(limits)

@@ -19,6 +19,10 @@ the Python API, validated with the same messages plus the file's name and line.
     limits = { free = "60/minute", premium = "600/minute", internal = [] }   # [] = unlimited
 
     [[rules]]
+    path = "/health"
+    limits = []                # not limited (Python's limits=None): default_limits stay off
+
+    [[rules]]
     path = "/ws"
     messages = "10/second"     # each websocket connection's messages (limits may be left out)
 
@@ -42,7 +46,7 @@ from typing import Any, NamedTuple
 from .._errors import ConfigurationError
 from .._rates import Limit, LimitsLike
 from ._access import AccessList
-from ._rules import Rule, TieredLimits
+from ._rules import Rule, TieredLimits, _parse_methods, _rule_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -190,8 +194,9 @@ def _rule(lines: _Lines, index: int, item: object) -> Rule:
     if "limits" not in item and "messages" not in item and "concurrency" not in item:
         raise lines.error(
             line,
-            f'rule #{index + 1} has no limits (e.g. limits = "5/minute", concurrency = 2, or '
-            'messages = "10/second" for websocket rules)',
+            f'rule #{index + 1} has no limits (e.g. limits = "5/minute", concurrency = 2, '
+            'messages = "10/second" for websocket rules, or limits = [] for a path that is '
+            "not limited)",
         )
     options = {
         key: value for key, value in item.items() if key not in ("path", "limits", "messages")
@@ -201,14 +206,15 @@ def _rule(lines: _Lines, index: int, item: object) -> Rule:
             lines.rule_line(index, "cost"),
             f"rule #{index + 1}: cost {options['cost']!r} must be a number in a file",
         )
-    if "limits" in item:
-        options["limits"] = lines.checked(
-            lines.rule_line(index, "limits"), lambda: _limits(item["limits"])
-        )
-    if "messages" in item:
-        options["messages"] = lines.checked(
-            lines.rule_line(index, "messages"), lambda: _plain_limits(item["messages"], "messages")
-        )
+    for key, parse in (("limits", _limits), ("messages", _messages)):
+        if key in item:
+            try:
+                options[key] = parse(item[key])
+            except ConfigurationError as exc:
+                # Named as `Rule` names the rule in its own messages on limits.
+                raise lines.error(
+                    lines.rule_line(index, key), f"{_rule_label(item, index)}: {exc}"
+                ) from None
     try:
         return Rule(item["path"], **options)
     except ConfigurationError as exc:
@@ -221,23 +227,41 @@ def _rule(lines: _Lines, index: int, item: object) -> Rule:
         raise lines.error(line, f"rule #{index + 1}: {exc}") from None
 
 
+def _rule_label(item: Mapping[str, Any], index: int) -> str:
+    """``rule 'name'`` as `Rule`'s messages say it, or ``rule #N`` when its path, methods or
+    name are not valid either."""
+    path, methods, name = item.get("path"), item.get("methods"), item.get("name")
+    if isinstance(path, str):
+        try:
+            return f"rule {_rule_name(path, _parse_methods(path, methods), name)!r}"
+        except (ConfigurationError, TypeError):
+            pass
+    return f"rule #{index + 1}"
+
+
 def _quoted(value: object, message: str) -> bool:
-    """Whether ``message`` quotes ``value`` (or an item of it)."""
+    """Whether ``message`` quotes ``value`` (or an item of it, or a tier's limits)."""
     items = value if isinstance(value, list) else [value]
+    if isinstance(value, Mapping):
+        items = list(value.values())
     return repr(value) in message or any(repr(item) in message for item in items)
 
 
 def _limits(value: object) -> LimitsLike | TieredLimits:
     """A file's limits: a rate, a {rate, algorithm, burst} table, a list of them, or a table
-    of tiers (``[]`` for an unlimited tier)."""
+    of tiers; ``[]`` for none (the path, or the tier, is not limited: Python's None)."""
     if isinstance(value, Mapping) and "rate" not in value:
         if not value:
-            raise ConfigurationError("limits {}: empty (give a rate or a table of tiers)")
-        return {
-            str(tier): None if tier_limits == [] else _plain_limits(tier_limits)
-            for tier, tier_limits in value.items()
-        }
+            raise ConfigurationError(
+                "limits {}: empty (give a rate or a table of tiers, or limits = [] for a path "
+                "that is not limited)"
+            )
+        return {tier: _plain_limits(tier_limits) for tier, tier_limits in value.items()}
     return _plain_limits(value)
+
+
+def _messages(value: object) -> LimitsLike:
+    return _plain_limits(value, "messages")
 
 
 def _plain_limits(value: object, what: str = "limits") -> LimitsLike:
@@ -247,9 +271,10 @@ def _plain_limits(value: object, what: str = "limits") -> LimitsLike:
         return _limit(value)
     if isinstance(value, list):
         return [_limit(item) if isinstance(item, Mapping) else item for item in value]
+    exempt = " (limits = [] for a path that is not limited)" if what == "limits" else ""
     raise ConfigurationError(
         f"{what} {value!r}: give a rate ('5/minute'), a table {{ rate = ..., algorithm = ..., "
-        "burst = ... }, or a list of them"
+        f"burst = ... }}, or a list of them{exempt}"
     )
 
 

@@ -247,10 +247,11 @@ class RuleSet:
             matched.append(self.default_rule)
         return tuple(matched)
 
-    def describe(self, method: str, path: str) -> list[str]:
+    def describe(self, method: str, path: str, not_limited: bool = True) -> list[str]:
         """The rules limiting ``method`` on a route template: ``["login: 5/minute"]``. A rule
-        that limits no request there (websocket ``messages=`` alone, or no limits in any tier)
-        is left out: it never answers 429."""
+        that exempts it (no limits in any tier) says ``["health: not limited"]``, unless
+        ``not_limited`` is False; a rule of websocket ``messages=`` alone is left out: neither
+        ever answers 429."""
         if path in self.exempt:
             return []
         described = []
@@ -260,6 +261,8 @@ class RuleSet:
                 for tier, named in rule.tiers.items()
             ]
             if rule.in_flight is None and all(text == "unlimited" for _, text in tiers):
+                if not_limited and not rule.messages:
+                    described.append(f"{rule.name}: not limited")
                 continue
             text = "; ".join(text if tier is None else f"{tier}: {text}" for tier, text in tiers)
             if rule.in_flight is not None:

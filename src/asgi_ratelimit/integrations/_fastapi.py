@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._decision import Decision
-from .._errors import RateLimitExceeded
+from .._errors import ConfigurationError, RateLimitExceeded
 from .._in_flight import DEFAULT_LEASE
 from .._rates import LimitsLike
 from ..http._own_keys import KeyFunction
@@ -38,7 +38,12 @@ if TYPE_CHECKING:
     from .._limiter import RateLimiter
     from ..http._on_limited import OnLimited
 
-__all__ = ["InFlightDependency", "RateLimitDependency", "RateLimitHTTPException"]
+__all__ = [
+    "InFlightDependency",
+    "RateLimitDependency",
+    "RateLimitHTTPException",
+    "not_a_decorator",
+]
 
 _BODY_HEADERS = frozenset({"content-length", "content-type"})
 
@@ -148,6 +153,16 @@ def _keep_headers_on_errors(request: Request, limit: EndpointLimit) -> None:
             handlers[kind] = _WithRouteHeaders(handler, limit)
 
 
+def not_a_decorator(endpoint: object) -> ConfigurationError:
+    """The error for ``@limiter.limit(...)`` (or ``@limiter.limit``) on ``endpoint``."""
+    where = getattr(endpoint, "__qualname__", None) or repr(endpoint)
+    return ConfigurationError(
+        f"limiter.limit(...) is a FastAPI dependency, not a decorator (used on {where!r}): "
+        'write @app.get("/path", dependencies=[Depends(limiter.limit(...))]), or decorate the '
+        "endpoint with @limiter.limit_endpoint(...), which takes the same arguments"
+    )
+
+
 class RateLimitDependency(EndpointLimit):
     """A FastAPI dependency counting each request of a route against ``limits``.
 
@@ -161,8 +176,13 @@ class RateLimitDependency(EndpointLimit):
             return {"left": decision.remaining}
 
     ``cost`` may be a function of the request (sync or async). The `Decision` of every limit
-    so far (the middleware's included) is on ``request.state.rate_limit``.
+    so far (the middleware's included) is on ``request.state.rate_limit``. It is no
+    decorator: ``@limiter.limit(...)`` on an endpoint raises `ConfigurationError` at import,
+    naming ``Depends(limiter.limit(...))`` and ``@limiter.limit_endpoint(...)``.
     """
+
+    #: what FastAPI reads the dependency's parameters from: `depend`'s
+    __signature__: inspect.Signature
 
     def __init__(
         self,
@@ -190,8 +210,23 @@ class RateLimitDependency(EndpointLimit):
             concurrency=concurrency,
             lease=lease,
         )
+        # FastAPI awaits a dependency whose `__call__` attribute is a coroutine function (and
+        # enters one that is an async generator): on the instance, that is `depend`. Calling
+        # the instance goes through the class's `__call__`, which a decorator's call reaches
+        # too: it can refuse that at once, where a coroutine function would only fail to bind.
+        vars(self)["__call__"] = self.depend
+        self.__signature__ = inspect.signature(self.depend)
 
-    async def __call__(self, request: Request, response: Response) -> Decision:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """`depend` (FastAPI passes the request and the response); an endpoint instead, from
+        ``@limiter.limit(...)`` used as a decorator, is a `ConfigurationError` saying what
+        to write."""
+        if args and not isinstance(args[0], Request):
+            raise not_a_decorator(args[0])
+        return self.depend(*args, **kwargs)
+
+    async def depend(self, request: Request, response: Response) -> Decision:
+        """Count the request; raise the 429 (`RateLimitHTTPException`) when it is refused."""
         checked = await self.check(request)
         denial = await self.refusal(request, checked)
         if denial is not None:
@@ -214,10 +249,11 @@ class InFlightDependency(RateLimitDependency):
     not already.
     """
 
-    async def __call__(  # type: ignore[override]
+    async def depend(  # type: ignore[override]
         self, request: Request, response: Response
     ) -> AsyncIterator[Decision]:
-        decision = await RateLimitDependency.__call__(self, request, response)
+        """Take a slot (and count the request), then give the slot back after the response."""
+        decision = await RateLimitDependency.depend(self, request, response)
         try:
             yield decision
         finally:

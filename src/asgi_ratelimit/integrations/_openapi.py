@@ -144,10 +144,11 @@ def route_policies(limiter: RateLimiter, route: Any, method: str) -> list[str]:
     """Human-readable policies limiting ``method`` on ``route``: ``"search: 10/minute"``."""
     policies = [
         f"{spec.policy_name(route.path_format)}: {spec.text}"
-        for spec in _endpoint_limits(getattr(route, "dependant", None))
+        for spec in _endpoint_limits(route)
         if spec.limiter is limiter
     ]
-    policies.extend(limiter.describe_rules(method, route.path_format))
+    # A rule that exempts the route limits nothing there: no 429 to document for it.
+    policies.extend(limiter.policy.rules.describe(method, route.path_format, not_limited=False))
     return policies
 
 
@@ -161,10 +162,19 @@ def _api_routes(app: FastAPI) -> Iterator[Any]:
     yield from iter_route_contexts(app.routes)
 
 
-def _endpoint_limits(dependant: Any) -> Iterator[EndpointLimit]:
+def _endpoint_limits(route: Any) -> Iterator[EndpointLimit]:
+    """The route limits of a route: its endpoint's ``@limiter.limit_endpoint(...)``, then
+    every ``Depends(limiter.limit(...))`` among its dependencies."""
+    decorated = getattr(getattr(route, "endpoint", None), "__rate_limit__", None)
+    if isinstance(decorated, EndpointLimit):
+        yield decorated
+    yield from _dependency_limits(getattr(route, "dependant", None))
+
+
+def _dependency_limits(dependant: Any) -> Iterator[EndpointLimit]:
     if dependant is None:
         return
     for sub in getattr(dependant, "dependencies", ()):
         if isinstance(sub.call, EndpointLimit):
             yield sub.call
-        yield from _endpoint_limits(sub)
+        yield from _dependency_limits(sub)

@@ -120,12 +120,20 @@ class RedisBackend:
         ``socket_connect_timeout=``...), plus ``sentinel_username=`` and
         ``sentinel_password=`` for the sentinels.
         """
+        try:
+            target = Target.from_url(url, options)
+        except ConfigurationError:
+            raise
+        except Exception as exc:  # what redis-py makes of a query option: RedisError, ...
+            # (The URL is not shown: its password may sit where redis-py stopped reading.)
+            raise ConfigurationError(
+                f"RedisBackend.from_url: the URL cannot be read ({exc}); fix it"
+            ) from None
         backend = cls.__new__(cls)
         backend._client = None
         backend._setup(
-            Target.from_url(url, options), prefix, timeout, clock, deny_cache,
-            failure_threshold, cooldown, fail_fast,
-        )  # fmt: skip
+            target, prefix, timeout, clock, deny_cache, failure_threshold, cooldown, fail_fast
+        )
         return backend
 
     def _setup(
