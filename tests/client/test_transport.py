@@ -100,6 +100,23 @@ async def test_a_refusal_is_retried_after_what_the_server_said(
     assert [(w.reason, w.seconds, w.attempt) for w in waits] == [(reason, seconds, 1)]
 
 
+async def test_the_wait_log_line_shows_no_query_or_user_information(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sleeps = Sleeps()
+    server = answering(httpx.Response(429, headers={"retry-after": "2"}), httpx.Response(200))
+    transport = AsyncRateLimitTransport(
+        httpx.MockTransport(server), jitter=0, sleep=sleeps, clock=sleeps.clock
+    )
+    caplog.set_level("INFO", logger="asgi_ratelimit.client")
+    async with httpx.AsyncClient(transport=transport) as client:
+        url = "https://bob:pw-123@api.test/search?api_key=k-secret&q=1#part"
+        assert (await client.get(url)).status_code == 200
+    assert [record.getMessage() for record in caplog.records] == [
+        "waiting 2.000 s before GET https://api.test/search (retry-after, attempt 1)"
+    ]
+
+
 async def test_jitter_spreads_a_server_given_wait_over_a_share_of_it() -> None:
     waits: list[Wait] = []
     server = answering(httpx.Response(429, headers={"retry-after": "10"}), httpx.Response(200))

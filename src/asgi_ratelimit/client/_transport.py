@@ -138,9 +138,11 @@ class _Policy:
         return Wait(reason, seconds, attempt, request)
 
     def told(self, wait: Wait) -> None:
+        # No query, fragment or user information: API keys and tokens travel there.
+        url = wait.request.url.copy_with(query=None, fragment=None, username=None, password=None)
         logger.info(
             "waiting %.3f s before %s %s (%s, attempt %d)",
-            wait.seconds, wait.request.method, wait.request.url, wait.reason, wait.attempt,
+            wait.seconds, wait.request.method, url, wait.reason, wait.attempt,
         )  # fmt: skip
         if self.on_wait is not None:
             self.on_wait(wait)
