@@ -101,6 +101,17 @@ async def test_a_policy_override_and_its_deletion(
     assert "checks" not in vars(there.policy)  # no override anywhere: the plain path again
 
 
+async def test_a_soft_override_reaches_every_worker_soft(
+    limiters: tuple[RateLimiter, RateLimiter],
+) -> None:
+    here, there = limiters
+    soft = Limit("4/minute", algorithm="fixed_window", soft=0.5)  # admits 6, advertises 4
+    await here.overrides.set("ip:192.0.2.10", soft, policy="login")
+    await there.overrides.sync()
+    assert (await there.overrides.get("ip:192.0.2.10"))["login"].limits == (soft,)
+    assert await admitted(there, "/login", 8) == 6
+
+
 async def test_the_usage_endpoint_and_route_limits_see_the_override() -> None:
     limiter = limiter_on(MemoryBackend(clock=FakeClock(ALIGNED)))
     await limiter.overrides.set("ip:192.0.2.10", fixed("9/minute"), policy="search")

@@ -339,16 +339,25 @@ def _decoded_limit(where: str, item: object, validate_limit: Callable[[Limit], L
     if not isinstance(item, dict):
         raise _Unreadable(f"{where}: limit {_quoted(item)} is not an object")
     rate, algorithm, burst = item.get("rate"), item.get("algorithm"), item.get("burst")
+    soft, elastic = item.get("soft", 0.0), item.get("elastic", 1.0)
     if (
         not isinstance(rate, str)
         or not isinstance(algorithm, str)
         or not (burst is None or (isinstance(burst, int) and not isinstance(burst, bool)))
+        or not all(_is_number(share) for share in (soft, elastic))
     ):
-        raise _Unreadable(f"{where}: limit {_quoted(item)} is not {{rate, algorithm[, burst]}}")
+        raise _Unreadable(
+            f"{where}: limit {_quoted(item)} is not {{rate, algorithm[, burst, soft, elastic]}}"
+        )
     try:
-        return validate_limit(Limit(rate, algorithm=algorithm, burst=burst))  # type: ignore[arg-type]
+        limit = Limit(rate, algorithm=algorithm, burst=burst, soft=soft, elastic=elastic)  # type: ignore[arg-type]
+        return validate_limit(limit)
     except ConfigurationError as exc:
         raise _Unreadable(f"{where}: {exc}") from None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _quoted(value: object) -> str:
@@ -376,6 +385,10 @@ def _encoded_limit(limit: Limit) -> dict[str, Any]:
     encoded: dict[str, Any] = {"rate": limit.text, "algorithm": limit.algorithm}
     if limit.burst != limit.amount:  # only the bucket kinds take a burst of their own
         encoded["burst"] = limit.burst
+    if limit.soft:
+        encoded["soft"] = limit.soft
+    if limit.elastic != 1.0:
+        encoded["elastic"] = limit.elastic
     return encoded
 
 
