@@ -9,6 +9,11 @@ import pytest
 from fastapi import FastAPI
 from hypothesis import given
 from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
 from asgi_ratelimit import (
     ClientIP,
@@ -18,6 +23,7 @@ from asgi_ratelimit import (
     Limit,
     MemoryBackend,
     RateLimiter,
+    RateLimitMiddleware,
     Rule,
 )
 from asgi_ratelimit.http._paths import normalize_path
@@ -288,6 +294,39 @@ async def test_an_exempting_rule_leaves_other_matching_rules_in_force_unless_it_
         "/search: not limited",
         "everything: 3/minute",
     ]
+
+
+@pytest.mark.parametrize("stop", [False, True])
+@pytest.mark.parametrize("spelling", ["/HEALTH", "/Health/", "/health;x=1", "//health"])
+async def test_an_exemption_covers_only_the_path_the_app_routes_not_its_other_spellings(
+    spelling: str, stop: bool
+) -> None:
+    # A catch-all route serves what the /health route does not: every other spelling of
+    # /health is counted, by the default limits and by a catch-all rule alike.
+    async def health(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("health")
+
+    async def page(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("page")
+
+    routes = [Route("/health", health), Route("/{page:path}", page)]
+    exempt = Rule("/health", limits=None, stop=stop)
+    catch_all = Rule("/{p:path}", limits="2/minute", name="all")
+    for limiter, health_codes in (
+        (RateLimiter(default_limits="2/minute", rules=[exempt]), [200] * 4),
+        # Without stop, the catch-all rule counts /health too (its budget is spent by now).
+        (RateLimiter(rules=[exempt, catch_all]), [200] * 4 if stop else [429] * 4),
+    ):
+        app = Starlette(
+            routes=routes, middleware=[Middleware(RateLimitMiddleware, limiter=limiter)]
+        )
+        async with client(app) as http:
+            served = [(await http.get(spelling)) for _ in range(4)]
+            exact = [(await http.get("/health")).status_code for _ in range(4)]
+        assert [(r.status_code, r.text if r.status_code == 200 else "") for r in served] == [
+            (200, "page"), (200, "page"), (429, ""), (429, "")
+        ]  # fmt: skip
+        assert exact == health_codes  # the path the /health route serves stays exempt
 
 
 def test_document_gives_an_exempt_route_no_429() -> None:

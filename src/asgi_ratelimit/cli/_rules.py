@@ -41,13 +41,11 @@ def rules_table(loaded: RulesFile) -> Table:
         methods = ", ".join(sorted(rule.methods)) if rule.methods else "any"
         cost = "callable" if rule.static_cost is None else f"{rule.static_cost:g}"
         messages = ", ".join(_limit_text(limit) for limit in rule.messages)
-        # A rule that limits nothing at all exempts its path (`limits = []`).
-        exempts = rule.in_flight is None and not messages and not any(rule.tiers.values())
         for tier, named in rule.tiers.items():
             texts = [_limit_text(limit) for _, limit in named]
             if rule.in_flight is not None:
                 texts.append(f"{rule.in_flight.text} (lease {rule.in_flight.lease:g}s)")
-            limits = "not limited" if exempts else ", ".join(texts) or "unlimited"
+            limits = "not limited" if rule.exempts else ", ".join(texts) or "unlimited"
             if messages:
                 limits += f"; messages: {messages}"
             rows.append((

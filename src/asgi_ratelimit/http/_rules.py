@@ -122,6 +122,8 @@ class Rule:
         "cost",
         "count_when",
         "countries",
+        "exempts",
+        "frees_some",
         "in_flight",
         "in_flight_name",
         "key",
@@ -161,6 +163,8 @@ class Rule:
     block: Block | None
     #: the countries the rule applies to (None: every request, whatever its country)
     countries: frozenset[str] | None
+    exempts: bool
+    frees_some: bool
     #: tier -> ((policy name, limit), ...); the tier ``None`` is used for untiered rules.
     tiers: dict[str | None, tuple[tuple[str, Limit], ...]]
     #: each websocket connection's limits on the messages its client sends (``()``: none)
@@ -259,6 +263,11 @@ class Rule:
         # with nothing to count for them.
         self.tiers = self._parse_tiers(limits)
         self.messages = () if messages is None else self._parse_messages(messages)
+        #: it limits nothing at all (``limits=None``): it exempts its path
+        self.exempts = self.in_flight is None and not self.messages and not any(self.tiers.values())
+        #: some requests it matches are not limited by it (an exemption, a tier of None): it
+        #: keeps other limits off them only on the very path the app routes (see `RuleSet`)
+        self.frees_some = self.in_flight is None and not all(self.tiers.values())
         self.in_flight_name = self.name
         if self.in_flight is not None and any(self.tiers.values()):
             self.in_flight_name = f"{self.name} {self.in_flight.text}"

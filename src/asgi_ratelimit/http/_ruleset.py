@@ -21,7 +21,7 @@ from .._rates import Limit, LimitsLike
 from .._shedding import PRIORITIES
 from ..backends._protocol import Block
 from ._own_keys import KeyFunction
-from ._paths import normalize_path, route_paths, routed_path
+from ._paths import MAX_PATH_LENGTH, normalize_path, route_paths, routed_path
 from ._rules import Rule, TieredLimits
 
 __all__ = ["Plan", "PlanEntry", "Route", "RuleSet"]
@@ -185,7 +185,11 @@ class RuleSet:
             method = str(method).upper()
         # A websocket handshake is a GET; HEAD shares GET's budget (Rule.matches).
         paths = route_paths(scope)
-        rules = () if self.exempt and self._exempt(scope) else self._match(method, paths)
+        exact = _exact_path(scope)
+        if self.exempt and exact in self.exempt:
+            rules: tuple[Rule, ...] = ()
+        else:
+            rules = self._match(method, paths, exact)
         static = all(
             rule.static_cost is not None
             and not callable(rule.key)
@@ -202,15 +206,6 @@ class RuleSet:
                 self._routes.clear()
             self._routes[key] = found
         return found
-
-    def _exempt(self, scope: Mapping[str, Any]) -> bool:
-        """Whether ``scope`` is routed on an exempt path, spelled exactly so."""
-        path, root = scope.get("path"), scope.get("root_path") or ""
-        return (
-            isinstance(path, str)
-            and isinstance(root, str)
-            and routed_path(path, root) in self.exempt
-        )
 
     def _plans(self, rules: tuple[Rule, ...], path: str) -> dict[str | None, Plan]:
         """The `Plan` of every tier the route's rules name, and of None (any other tier):
@@ -233,17 +228,28 @@ class RuleSet:
 
     def match(self, method: str, path: str) -> tuple[Rule, ...]:
         """The rules for ``method`` (upper case) on a normalized ``path``; else the default."""
-        return self._match(method, (path,))
+        return self._match(method, (path,), path)
 
-    def _match(self, method: str, paths: tuple[str, ...]) -> tuple[Rule, ...]:
-        # A rule applies when it matches any path the app might route on.
+    def _match(self, method: str, paths: tuple[str, ...], exact: str | None) -> tuple[Rule, ...]:
+        # A rule applies when it matches any path the app might route on: counting too much
+        # rather than too little. Not so a rule that frees requests of limits (an exemption,
+        # a tier of None): that only counts less, so it keeps the default limits off, and
+        # stops, only on the path exactly as the app routes it (``exact``). On another
+        # spelling (/HEALTH, /health/, /health;x) a catch-all route may serve the request:
+        # its limited tiers still count, and the default limits too.
         matched: list[Rule] = []
+        covered = False
         for rule in self.rules:
+            if rule.frees_some and (exact is None or not rule.matches(method, exact)):
+                if any(rule.matches(method, path) for path in paths):
+                    matched.append(rule)
+                continue
             if any(rule.matches(method, path) for path in paths):
                 matched.append(rule)
+                covered = True
                 if rule.stop:
                     break
-        if not matched and self.default_rule is not None:
+        if not covered and self.default_rule is not None:
             matched.append(self.default_rule)
         return tuple(matched)
 
@@ -271,6 +277,15 @@ class RuleSet:
                 )
             described.append(f"{rule.name}: {text}")
         return described
+
+
+def _exact_path(scope: Mapping[str, Any]) -> str | None:
+    """The request's path exactly as a Starlette router routes it (without ``root_path``),
+    or None when the server gave no usable path."""
+    path, root = scope.get("path"), scope.get("root_path") or ""
+    if not isinstance(path, str) or not isinstance(root, str):
+        return None
+    return routed_path(path[:MAX_PATH_LENGTH], root)
 
 
 def _route(
