@@ -36,7 +36,11 @@ from asgi_ratelimit._masked_url import masked_url
         ("redis://:s3/cr3t@cache/0", "redis://:***@cache/0"),
         ("redis://:s3?cr3t=1@cache", "redis://:***@cache"),
         ("redis://u:s3#cr3t@cache", "redis://u:***@cache"),
-        ("redis://cache/0?password=s3@cr3t", "redis://cache/0?password=***@cr3t"),
+        # An "@" in a query value: the whole value is masked, what follows the "@" too.
+        ("redis://cache/0?password=s3@cr3t", "redis://cache/0?password=***"),
+        ("REDIS://:a@h/0?password=se@cr3t", "REDIS://:***"),  # both readings: all of it
+        # Read either way, what could be a password is masked: "c" too.
+        ("redis://cache/0?x=b:c@d&password=s3cr3t", "redis://cache/0?x=b:***@d&password=***"),
         # Not URLs at all: still nothing after a colon before an "@".
         ("app:s3cr3t@cache", "app:***@cache"),
         ("", ""),

@@ -21,30 +21,57 @@ _SECRET_NAMES = ("pass", "secret", "token", "auth", "key", "cred")
 def masked_url(url: object) -> str:
     """``url`` without its password: never raises, whatever ``url`` is.
 
-    The user information runs to the *last* ``@``, as redis-py reads it, so a password with
-    a raw ``@``, ``/``, ``?`` or ``#`` is masked whole; everything after the first ``:`` in
-    it is masked. The values of query parameters named like a secret are masked too. A URL
-    that is not one is masked the same way: nothing that could be a password is returned.
+    A URL with a raw ``@``, ``/``, ``?`` or ``#`` in its password is ambiguous: redis-py's
+    parser may take the user information to the *last* ``@``, a URL parser to the first
+    ``/``, ``?`` or ``#``, and a ``?`` before an ``@`` starts a query instead. Whatever would
+    be a secret under either reading is masked (a password: everything after the first ``:``
+    of the user information; a query parameter named like a secret: its value). A URL that is
+    not one is masked the same way: nothing that could be a password is returned.
     """
     text = url if isinstance(url, str) else str(url)
     scheme, sep, rest = text.partition("://")
     if not sep:
         scheme, rest = "", text
-    userinfo, at, tail = rest.rpartition("@")
-    if at:
-        user, colon, _ = userinfo.partition(":")
-        # No colon: a user name, unless the "@" was in a query value (host/0?password=a@b).
-        userinfo = f"{user}:{MASK}" if colon else _masked_query(userinfo)
-    return f"{scheme}{sep}{userinfo}{at}{_masked_query(tail)}"
+    secret = _userinfo_secret(rest, rest.rfind("@"))  # to the last "@"
+    authority_end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    secret += _userinfo_secret(rest, rest.rfind("@", 0, authority_end))  # a URL parser's
+    for start in (rest.find("?"), rest.find("?", rest.rfind("@") + 1)):
+        if start >= 0:
+            secret += _query_secrets(rest, start + 1)
+    return scheme + sep + _masked(rest, secret)
 
 
-def _masked_query(text: str) -> str:
-    head, question, query = text.partition("?")
-    if not question:
-        return text
-    parts = []
-    for part in query.split("&"):
-        name, equals, _ = part.partition("=")
-        secret = equals and any(word in unquote_plus(name).lower() for word in _SECRET_NAMES)
-        parts.append(f"{name}={MASK}" if secret else part)
-    return f"{head}?{'&'.join(parts)}"
+def _userinfo_secret(rest: str, at: int) -> list[tuple[int, int]]:
+    """The password's span when the user information ends at ``at``."""
+    colon = rest.find(":", 0, at) if at > 0 else -1
+    return [(colon + 1, at)] if colon >= 0 else []
+
+
+def _query_secrets(rest: str, start: int) -> list[tuple[int, int]]:
+    """The spans of the values of the query parameters from ``start`` named like secrets."""
+    spans = []
+    position = start
+    for part in rest[start:].split("&"):
+        name, equals, value = part.partition("=")
+        if equals and any(word in unquote_plus(name).lower() for word in _SECRET_NAMES):
+            begin = position + len(name) + 1
+            spans.append((begin, begin + len(value)))
+        position += len(part) + 1
+    return spans
+
+
+def _masked(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each span replaced by `MASK` (spans that overlap or touch as one)."""
+    merged: list[list[int]] = []
+    for begin, end in sorted(spans):
+        if merged and begin <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([begin, end])
+    out = []
+    position = 0
+    for begin, end in merged:
+        out += [text[position:begin], MASK]
+        position = end
+    out.append(text[position:])
+    return "".join(out)
