@@ -306,21 +306,46 @@ def test_a_huge_dfa_costs_at_most_one_step_per_character() -> None:
 
 
 def test_states_are_kept_between_paths() -> None:
-    pattern = PathPattern("/items/{id:int}")
-    assert pattern.matches("/items/42")
+    pattern = PathPattern("/items/{id:int}5")  # a digit after digits: the DFA decides
+    assert pattern.matches("/items/425")
     computed = pattern.computed
-    assert pattern.matches("/items/42") and not pattern.matches("/items/4x")
+    assert pattern.matches("/items/425") and not pattern.matches("/items/4x")
     assert pattern.computed == computed + 1  # only "x" was new
 
 
 def test_a_match_stops_as_soon_as_its_answer_is_known() -> None:
     junk = string.printable * 20
-    accepted = PathPattern("/api/*")
-    assert accepted.matches("/api/" + junk)
-    assert accepted.computed == 1  # "/" reached the trailing "*": nothing after it was read
-    refused = PathPattern("/items/{id}")
+    accepted = PathPattern("/a*/b/*")  # a "*" before the end: the DFA decides
+    assert accepted.matches("/ax/b/" + junk)
+    assert accepted.computed == 4  # "x/b/" reached the trailing "*": nothing after was read
+    refused = PathPattern("/items/{id}{n:int}")
     assert not refused.matches("/items/1/" + junk)
     assert refused.computed == 2  # "1", then "/" left no NFA node
+
+
+@pytest.mark.parametrize(
+    ("template", "regex"),
+    [
+        ("/items/{id}", "/items/(?=([^/]+))\\1"),
+        ("/users/{uid}/posts/{pid}", "/users/(?=([^/]+))\\1/posts/(?=([^/]+))\\2"),
+        ("/api/*", "/api(?:/.*)?"),
+        ("/api/{rest:path}", "/api(?:/.*)?"),
+        ("/v{n:int}/x", "/v(?=([0123456789]+))\\1/x"),
+        ("/f/{v:float}/x", "/f/(?=([0123456789]+))\\1(?:\\.[0123456789]+)?/x"),
+        ("/x?/y", "/x[^/]/y"),
+        # Two ways to split a path between parts: the DFA decides, never `re`.
+        ("/a/*/b", None),
+        ("/files/*.txt", None),
+        ("/{a}-{b}", None),
+        ("/{a}{b}", None),
+        ("/{n:int}5", None),
+        ("/f/{v:float}.json", None),
+        ("/x/{a}?", None),
+    ],
+)
+def test_templates_no_path_can_make_backtrack_use_a_regex(template: str, regex: str | None) -> None:
+    found = PathPattern(template)._regex
+    assert (None if found is None else found.pattern) == (None if regex is None else regex + "$")
 
 
 @pytest.mark.parametrize(

@@ -128,6 +128,7 @@ class PathPattern:
         "_named",
         "_others",
         "_prefix",
+        "_regex",
         "_satisfied",
         "_start",
         "_states",
@@ -143,6 +144,9 @@ class PathPattern:
     def __init__(self, template: str) -> None:
         self.template = template
         atoms = _parse(template)
+        #: a regex for templates that no path can make Python's ``re`` backtrack over (most:
+        #: ``/items/{id}``, ``/api/*``): in C, far faster than the DFA's loop on long paths
+        self._regex = _linear_regex(atoms)
         # The literal characters the template starts with are compared in C, at once.
         literal = 0
         while literal < len(atoms) and _is_literal(atoms[literal]):
@@ -174,6 +178,8 @@ class PathPattern:
 
     def matches(self, path: str) -> bool:
         """True when the whole ``path`` matches the template."""
+        if self._regex is not None:
+            return self._regex.match(path) is not None
         prefix = self._prefix
         if not path.startswith(prefix):
             return False
@@ -230,6 +236,69 @@ class PathPattern:
 
     def __repr__(self) -> str:
         return f"PathPattern({self.template!r})"
+
+
+def _linear_regex(atoms: list[_Atom]) -> re.Pattern[str] | None:
+    """A regex matching what ``atoms`` match, when a backtracking engine decides every path
+    in linear time with it; else None (the DFA then decides).
+
+    That holds when each repeated part is followed by a character it cannot take (``[^/]+``
+    by ``/``, ``[0-9]+`` by a non-digit) or ends the template, and ``*`` (any characters)
+    comes last only: there is then one way to split any path between the parts, so each part
+    may take all it can at once and never give any back.
+    """
+    regex: list[str] = []
+    groups = 0
+    for index, (kind, chars) in enumerate(atoms):
+        after = atoms[index + 1] if index + 1 < len(atoms) else None
+        if kind in ("any", "tail"):
+            if after is not None:
+                return None
+            regex.append("(?:/.*)?" if kind == "tail" else ".*")
+        elif kind == "one":
+            regex.append(_class(chars))
+        else:  # "many" or "fraction": what follows must not start with their characters
+            if after is None:
+                follows = None
+            elif after[0] == "one":
+                follows = after[1]
+            elif after[0] in ("tail", "fraction"):  # "/..." or ".5"
+                follows = _char("/" if after[0] == "tail" else ".")
+            else:
+                return None
+            taken = chars if kind == "many" else _Chars(chars.members | {"."})
+            if follows is not None and not _disjoint(taken, follows):
+                return None
+            part = _class(chars)
+            # Atomic ("(?=(x+))\1", possessive before Python 3.11): what follows cannot
+            # start with its characters, so giving some back could never help a match, and
+            # a path that fails (/items/xxx.../) fails at once instead of stepping back.
+            if kind == "many":
+                groups += 1
+                regex.append(f"(?=({part}+))\\{groups}")
+            else:
+                regex.append(rf"(?:\.{part}+)?")
+    # "$" also matches before a final newline, as the DFA does (see `_nfa`).
+    return re.compile("".join(regex) + "$", re.DOTALL)
+
+
+def _class(chars: _Chars) -> str:
+    if chars.negated and not chars.members:
+        return "."
+    if not chars.negated and len(chars.members) == 1:
+        return re.escape(next(iter(chars.members)))
+    members = "".join(re.escape(char) for char in sorted(chars.members))
+    return f"[^{members}]" if chars.negated else f"[{members}]"
+
+
+def _disjoint(first: _Chars, second: _Chars) -> bool:
+    if first.negated and second.negated:
+        return False  # both take every character but a few
+    if first.negated:
+        return second.members <= first.members
+    if second.negated:
+        return first.members <= second.members
+    return first.members.isdisjoint(second.members)
 
 
 def _is_literal(atom: _Atom) -> bool:
