@@ -231,3 +231,36 @@ def test_whatever_is_stored_the_sync_never_raises(
         loop.run_until_complete(store_and_sync())
     finally:
         logging.disable(logging.NOTSET)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    version=st.one_of(st.binary(max_size=24), st.integers(0, 2**70).map(lambda n: str(n).encode())),
+    log=st.one_of(st.lists(st.binary(max_size=40), max_size=5), st.binary(max_size=40)),
+)
+def test_whatever_the_change_log_holds_the_sync_never_raises_and_later_changes_arrive(
+    worker: RateLimiter, loop: asyncio.AbstractEventLoop, version: bytes, log: list[bytes] | bytes
+) -> None:
+    async def store_and_sync() -> None:
+        backend = worker.backend
+        assert isinstance(backend, RedisBackend)
+        key = backend.shared_key("overrides")
+        await backend.command(key, "DEL", key, key + ":version", key + ":changes")
+        await backend.command(key, "SET", key + ":version", version)
+        if isinstance(log, bytes):  # not even a list
+            await backend.command(key, "SET", key + ":changes", log)
+        elif log:
+            await backend.command(key, "RPUSH", key + ":changes", *log)
+        await worker.overrides.sync()
+        await backend.command(key, "DEL", key + ":version", key + ":changes")
+        await worker.overrides.set("user:later", "4/minute", policy="search")
+        other = limiter_on(backend)
+        await other.overrides.sync()
+        assert other.overrides.limits_for("user:later", "search") == (Limit("4/minute"),)
+        await worker.overrides.sync()
+        assert worker.overrides.limits_for("user:later", "search") == (Limit("4/minute"),)
+        await worker.overrides.delete("user:later")
+
+    loop.run_until_complete(store_and_sync())

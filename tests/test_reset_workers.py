@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from asgi_ratelimit import Limit, RateLimiter, Rule
-from asgi_ratelimit._overrides import REACHES_EVERY_PROCESS
+from asgi_ratelimit._overrides import _CHANGES_KEPT, REACHES_EVERY_PROCESS
 from asgi_ratelimit.backends.redis import RedisBackend
 from tests.conftest import FakeClock
 from tests.frameworks._servers import serve
@@ -77,6 +77,47 @@ async def test_reset_identity_reaches_every_worker_at_its_next_sync(
     # The next request to each worker is admitted: the whole budget, exactly, again.
     assert [await admitted(worker, "192.0.2.10", 1) for worker in reversed(workers)] == [1, 1, 1]
     assert [await admitted(worker, "192.0.2.10", 1) for worker in workers] == [0, 0, 0]
+
+
+async def test_a_reset_forgets_only_that_identitys_denials_and_reads_no_override(
+    workers: list[RateLimiter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An app that resets a user's budget after a good login, during a flood: the flood's
+    # denials stay cached in every worker (no call to Redis for them), and no worker reads
+    # the overrides again for it.
+    for worker in workers:
+        await worker.overrides.sync()  # the first sync, at start-up
+    await refused_by_every_worker(workers, "192.0.2.10")  # the good user, then the flood
+    for peer in ("192.0.2.66", "192.0.2.67"):
+        await admitted(workers[0], peer, 4)
+        await admitted(workers[1], peer, 1)
+    reloads: list[RateLimiter] = []
+    for worker in workers:
+        monkeypatch.setattr(
+            worker.overrides, "_reload", lambda *args, _w=worker: reloads.append(_w) or _done()
+        )
+    await workers[2].reset_identity("ip:192.0.2.10")
+    for worker in workers:
+        await worker.overrides.sync()
+    assert reloads == []
+    assert [len(worker.backend.deny_cache) for worker in workers] == [2, 2, 0]  # type: ignore[attr-defined]
+    assert [await admitted(worker, "192.0.2.10", 1) for worker in workers] == [1, 1, 1]
+
+
+async def test_a_worker_further_behind_than_the_log_forgets_every_denial(
+    workers: list[RateLimiter],
+) -> None:
+    for worker in workers:
+        await worker.overrides.sync()
+    await refused_by_every_worker(workers, "192.0.2.10")
+    for n in range(_CHANGES_KEPT + 1):  # the log keeps the latest _CHANGES_KEPT
+        await workers[0].overrides.announce_reset(f"ip:198.51.100.{n % 250}")
+    await workers[1].overrides.sync()
+    assert len(workers[1].backend.deny_cache) == 0  # type: ignore[attr-defined]
+
+
+async def _done() -> None:
+    return None
 
 
 async def test_the_cli_reset_reaches_every_worker_and_says_when(redis_url: str) -> None:

@@ -391,7 +391,7 @@ class RateLimiter:
             await fallback.reset(key, parsed)
         # Every other process may have cached denials of ``key``: they drop them at their
         # next sync of the live overrides (within a second).
-        await self.overrides.announce_reset()
+        await self.overrides.announce_reset(key)
 
     async def reset_identity(self, identity_key: str) -> None:
         """Restore every budget of one identity: rules, route limits, default limits, direct

@@ -6,15 +6,19 @@
     await limiter.overrides.delete("user:42", policy="login")
 
 On a shared backend (Redis, Sentinel, Cluster) the overrides live in one hash,
-``prefix{overrides}``, beside a version counter that every change increments. Each process
-keeps them in a local dict and reads the version in the background every half second,
-reloading the hash only when it changed: a change reaches every worker within a second, and
-requests never wait on it. A request looks its identity up in that dict; while no override
-exists anywhere, the request path does not even do that (`on_change` rebinds it).
+``prefix{overrides}``, beside a version counter and a short log of the identities each
+change was about (`_ANNOUNCE` writes both at once). Each process keeps the overrides in a
+local dict and reads the version in the background every half second; when it moved, the
+process reads the log's new entries and reloads the hash only if an override changed: a
+change reaches every worker within a second, and requests never wait on it. A request looks
+its identity up in that dict; while no override exists anywhere, the request path does not
+even do that (`on_change` rebinds it).
 
-A reset (`RateLimiter.reset`, ``asgi-ratelimit reset``) increments the same counter
-(`announce_reset`): at its next sync every process drops the denials its backend cached
-(`SharedStore.drop_cached`), which the reset made wrong.
+A reset (`RateLimiter.reset`, ``asgi-ratelimit reset``) is logged the same way
+(`announce_reset`): at its next sync every process forgets the denials its backend cached
+for that identity (`SharedStore.forget_cached`), which the reset made wrong; and so for an
+identity whose override changed. A process that missed more entries than the log keeps
+forgets them all.
 
 What the hash holds is read as hostile: an entry that is not what `set` writes is skipped
 with one ERROR naming its identity, whose normal limits then apply; every other entry, and
@@ -52,6 +56,19 @@ _EVERY = "*"
 _MAX_ENTRY_BYTES = 65_536
 #: Characters of a stored identity or value quoted in a log line.
 _QUOTED = 200
+#: Entries of the change log kept: a process that fell further behind (stopped, cut off from
+#: Redis) forgets every cached denial and reloads every override instead.
+_CHANGES_KEPT = 256
+#: One change, atomically: its version, then its log entry (Redis runs a script whole, so
+#: the log's n-th entry from the end is always the change of version - n + 1).
+#: KEYS[1] - the version counter; KEYS[2] - the change log (a list)
+#: ARGV[1] - the entry: "o " (an override) or "r " (a reset), then the identity's tag
+#: ARGV[2] - how many entries the log keeps
+#: returns the new version
+_ANNOUNCE = """local version = redis.call('INCR', KEYS[1])
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+return version"""
 
 
 class Override(NamedTuple):
@@ -81,7 +98,8 @@ class Overrides:
         self.active: dict[str, dict[str, Override]] = {}
         #: called with True when the first override appears, False when the last goes
         self.on_change: Callable[[bool], None] = lambda present: None
-        self._version: bytes | None = None
+        #: the version of the changes this process has applied (None: none read yet)
+        self._version: int | None = None
         self._syncing: asyncio.Task[None] | None = None
         self._log = LogOnce()
         #: identity -> its stored entry that could not be read, as last logged (one ERROR
@@ -137,7 +155,7 @@ class Overrides:
             raise ConfigurationError(f"ttl={ttl!r}: give seconds (> 0), or None for no end")
         name = _EVERY if policy is None else _check_policy(policy)
         override = Override(parsed, None if ttl is None else self._clock() + ttl)
-        await self._change(self._stored_as(identity_key), lambda found: {**found, name: override})
+        await self._change(identity_key, lambda found: {**found, name: override})
 
     async def get(self, identity_key: str) -> dict[str | None, Override]:
         """The overrides of ``identity_key`` in force, read from the store now: policy name
@@ -154,29 +172,31 @@ class Overrides:
     async def delete(self, identity_key: str, policy: str | None = None) -> None:
         """Drop the overrides of ``identity_key``: all of them, or the named policy's."""
         _check_key(identity_key)
-        stored = self._stored_as(identity_key)
         if policy is None:
-            await self._change(stored, lambda found: {})
+            await self._change(identity_key, lambda found: {})
         else:
             name = _check_policy(policy)
-            await self._change(stored, lambda found: {k: v for k, v in found.items() if k != name})
+            await self._change(
+                identity_key, lambda found: {k: v for k, v in found.items() if k != name}
+            )
 
     async def _change(
         self,
         identity_key: str,
         edit: Callable[[dict[str, Override]], dict[str, Override]],
     ) -> None:
+        stored = self._stored_as(identity_key)
         if self._store is None:
-            self._apply(identity_key, edit(dict(self.active.get(identity_key, {}))))
+            self._apply(stored, edit(dict(self.active.get(stored, {}))))
             return
         store, key = self._store, self._store.shared_key("overrides")
-        edited = edit(await self._read(identity_key))
+        edited = edit(await self._read(stored))
         if edited:
-            await store.command(key, "HSET", key, identity_key, _encode(edited))
+            await store.command(key, "HSET", key, stored, _encode(edited))
         else:
-            await store.command(key, "HDEL", key, identity_key)
-        await store.command(key, "INCR", key + ":version")
-        self._apply(identity_key, edited)  # this process at once; the others at their sync
+            await store.command(key, "HDEL", key, stored)
+        await self._announce("o", identity_key)
+        self._apply(stored, edited)  # this process at once; the others at their sync
 
     async def _read(self, identity_key: str) -> dict[str, Override]:
         if self._store is None:
@@ -205,15 +225,38 @@ class Overrides:
     # -- keeping every process current ---------------------------------------------------------
 
     async def sync(self) -> None:
-        """Read the shared version; when it changed, read every override again and drop the
-        denials the backend cached (a reset, or another process's change, made them wrong).
-        Never raises for what the hash holds: a bad entry is skipped (see `_readable`)."""
+        """Read the shared version; when it moved, read the changes' log: forget the denials
+        the backend cached for the identities it names (a reset or an override made them
+        wrong), and read every override again if one changed. Never raises for what Redis
+        holds: a bad entry is skipped (see `_readable`), a bad log is a log missed."""
         if self._store is None:
             return
         store, key = self._store, self._store.shared_key("overrides")
-        version = await store.command(key, "GET", key + ":version")
+        version = _count(await store.command(key, "GET", key + ":version"))
         if version == self._version:
             return
+        behind = -1 if self._version is None or version is None else version - self._version
+        tags: set[str] | None
+        if 0 < behind <= _CHANGES_KEPT:
+            try:
+                log = await store.command(key, "LRANGE", key + ":changes", str(-behind), "-1")
+            except BackendError:  # the version was read: a log that is not a list
+                log = None
+            log = log if isinstance(log, list) else []  # then read as missed
+            entries = [entry.split(b" ", 1) for entry in log if isinstance(entry, bytes)]
+            tags = {entry[1].decode("ascii", "replace") for entry in entries if len(entry) == 2}
+            overridden = any(entry[0] != b"r" for entry in entries)
+            if len(entries) < behind:  # the log lost some (flushed, trimmed by hand): all
+                tags, overridden = None, True
+        else:  # the first sync, or further behind than the log reaches
+            tags, overridden = None, True
+        if overridden:
+            await self._reload(store, key)
+        store.forget_cached(tags)
+        self._version = version
+
+    async def _reload(self, store: SharedStore, key: str) -> None:
+        """Read every override again."""
         raw = await store.command(key, "HGETALL", key)
         active: dict[str, dict[str, Override]] = {}
         unreadable = self._unreadable
@@ -232,16 +275,24 @@ class Overrides:
             if overrides:
                 active[identity_key] = overrides
         self._install(active)
-        store.drop_cached()
-        self._version = version
 
-    async def announce_reset(self) -> None:
-        """Tell every process that budgets were reset here: at its next sync (within
-        `REACHES_EVERY_PROCESS` seconds) each drops the denials its backend cached, which
-        would go on refusing what the reset gave back."""
-        if self._store is not None:
-            key = self._store.shared_key("overrides")
-            await self._store.command(key, "INCR", key + ":version")
+    async def announce_reset(self, identity_key: str) -> None:
+        """Tell every process that budgets of ``identity_key`` were reset here: at its next
+        sync (within `REACHES_EVERY_PROCESS` seconds) each forgets the denials its backend
+        cached for it, which would go on refusing what the reset gave back."""
+        await self._announce("r", identity_key)
+
+    async def _announce(self, kind: str, identity_key: str) -> None:
+        """Log a change about ``identity_key`` (by its tag: no identity is stored plain) for
+        every process's next sync."""
+        if self._store is None:
+            return
+        store, key = self._store, self._store.shared_key("overrides")
+        entry = f"{kind} {store.tag(identity_key)}"
+        await store.command(
+            key, "EVAL", _ANNOUNCE, "2", key + ":version", key + ":changes", entry,
+            str(_CHANGES_KEPT),
+        )  # fmt: skip
 
     def start(self) -> None:
         """Keep this process's overrides current (a shared backend only), on the running
@@ -285,6 +336,16 @@ class Overrides:
                     _quoted(identity_key), exc, _quoted(raw),
                 )  # fmt: skip
             return None
+
+
+def _count(reply: object) -> int | None:
+    """The version counter's value: 0 before any change; None when it is not a count (read
+    as a log missed)."""
+    if reply is None:
+        return 0
+    if isinstance(reply, bytes) and reply.isdigit() and len(reply) < 20:
+        return int(reply)
+    return None
 
 
 class _Unreadable(ValueError):

@@ -51,6 +51,8 @@ async def dump(client: aioredis.Redis, prefix: str) -> list[bytes]:
             seen.append(await client.get(key))
         elif kind == "zset":
             seen += [member for member, _ in await client.zrange(key, 0, -1, withscores=True)]
+        elif kind == "list":
+            seen += await client.lrange(key, 0, -1)
         else:
             raise AssertionError(f"{key!r} is a {kind}: read it here too")
     return seen
@@ -154,9 +156,14 @@ async def test_reset_identity_and_overrides_go_through_the_secret(
         assert not (await app.check(scope())).allowed  # type: ignore[union-attr]
         assert await dump(client, prefix)
         await admin.reset_identity(IDENTITY)
-        # The block and the budget: gone. What is left is the count of changes the workers'
-        # polls read (a reset is one: each drops its deny cache), which names no identity.
-        assert await dump(client, prefix) == [f"{prefix}{{overrides}}:version".encode(), b"1"]
+        # The block and the budget: gone. What is left is what the workers' polls read: the
+        # count of changes and the log of the reset, by the identity's keyed tag.
+        left = await dump(client, prefix)
+        assert dict(zip(left[::2], left[1::2], strict=True)) == {
+            f"{prefix}{{overrides}}:version".encode(): b"1",
+            f"{prefix}{{overrides}}:changes".encode(): f"r {first.tag(IDENTITY)}".encode(),
+        }
+        assert first.tag(IDENTITY) != identity_tag(IDENTITY)  # keyed by the secret
         assert (await app.check(scope())).allowed  # type: ignore[union-attr]
         for _ in range(2):
             await app.hit(IDENTITY, "5/minute")

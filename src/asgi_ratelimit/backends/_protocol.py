@@ -12,7 +12,7 @@ coroutine at all for the in-memory case.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -139,7 +139,12 @@ class SharedStore(Protocol):
         """The storage key of the limiter's record ``name`` (in this backend's namespace)."""
         ...
 
-    def drop_cached(self) -> None:
-        """Forget whatever this process caches of the shared state (denials answered
-        locally): another process changed it, by a reset or an override."""
+    def tag(self, key: str) -> str:
+        """The hash an identity key is stored under (keyed with the limiter's key secret)."""
+        ...
+
+    def forget_cached(self, tags: Collection[str] | None) -> None:
+        """Forget what this process caches of the shared state (denials answered locally)
+        for the identities of ``tags`` (None: of every identity): another process changed
+        their budgets or overrides."""
         ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -314,11 +314,16 @@ class RedisBackend:
         """``prefix{name}``: a record of the limiter's own (one Cluster slot per name)."""
         return f"{self.prefix}{{{name}}}"
 
-    def drop_cached(self) -> None:
-        """Forget the denials cached here (`DenyCache`): another process reset budgets or
-        changed an override. Each identity still refused costs one call to find out again."""
-        if self.deny_cache is not None:
+    def forget_cached(self, tags: Collection[str] | None) -> None:
+        """Forget the denials cached here (`DenyCache`) of the identities of ``tags`` (None:
+        of all): another process reset their budgets or changed their overrides. Each one
+        still refused costs one call to find out again."""
+        if self.deny_cache is None:
+            return
+        if tags is None:
             self.deny_cache.clear()
+            return
+        self.deny_cache.forget_prefixes([self._keys.prefix_of_tag(tag) for tag in tags])
 
     async def command(self, key: str, *args: str | bytes) -> Any:
         """Run one command on the server that holds ``key`` (the live overrides' records);
@@ -340,7 +345,7 @@ class RedisBackend:
         """Forget ``key``: every budget of it, or only its direct-use ``limits``."""
         tag_prefix = self._keys.prefix_of(key)
         if self.deny_cache is not None:
-            self.deny_cache.forget_prefix(tag_prefix)
+            self.deny_cache.forget_prefixes([tag_prefix])
         topology = self._topology
         send = topology.sender(_slot_of(tag_prefix)) if topology.cluster else topology.node.call
         try:

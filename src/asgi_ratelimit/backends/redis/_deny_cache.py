@@ -26,7 +26,7 @@ may be used by other processes through other rules, so its ``remaining`` can be 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from ..._rates import Limit
@@ -134,8 +134,14 @@ class DenyCache:
         for storage_key in storage_keys:
             self._entries.pop(storage_key, None)
 
-    def forget_prefix(self, prefix: str) -> None:
-        for storage_key in [k for k in self._entries if k.startswith(prefix)]:
+    def forget_prefixes(self, prefixes: Collection[str]) -> None:
+        """Forget the entries whose storage key starts with one of ``prefixes`` (an
+        identity's ``prefix{tag}:``): one pass over the entries, whatever their number."""
+        lengths = {len(prefix) for prefix in prefixes}
+        wanted = set(prefixes)
+        for storage_key in [
+            k for k in self._entries if any(k[:length] in wanted for length in lengths)
+        ]:
             del self._entries[storage_key]
 
     def clear(self) -> None:

@@ -78,8 +78,12 @@ class KeyNames:
         if known is None:
             if len(self._prefixes) >= KEY_CACHE_SIZE:
                 self._prefixes.clear()
-            known = self._prefixes[key] = f"{self.prefix}{{{self.tag(key)}}}:"
+            known = self._prefixes[key] = self.prefix_of_tag(self.tag(key))
         return known
+
+    def prefix_of_tag(self, tag: str) -> str:
+        """``prefix{tag}:``: where the keys of the identity hashed to ``tag`` begin."""
+        return f"{self.prefix}{{{tag}}}:"
 
     def for_checks(self, checks: Sequence[Check]) -> list[str]:
         """The checks' keys (each limit's code worked out once)."""
