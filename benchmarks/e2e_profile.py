@@ -9,11 +9,14 @@ Each variant of ``e2e_app`` (bare, five constant headers, ours with headers ``no
 once for a long batch of requests, sent as wrk sends them (``GET /ping``, keep-alive, the same
 connections in both runs, each answered before its next request). The difference over the
 difference in requests is one request's cost with the server's start-up, shutdown and
-connections excluded; ``--connections`` changed between two runs gives a connection's cost.
+connections excluded. ``--connections 0`` calls the same apps in process instead, as
+``benchmarks.instructions`` does.
 
-What is counted per request: instructions (``I``), first-level data misses (``D1mr+D1mw``),
-last-level misses (``LLd``), mispredicted branches, and from inside the worker its garbage
-collections (``gc.callbacks``: how many of each generation).
+What is counted per request: instructions (``I``), cachegrind's modelled first-level
+instruction and data cache misses (``I1``, ``D1mr+D1mw``) and last-level data misses
+(``LLd``), mispredicted branches, and from inside the worker its garbage collections
+(``gc.callbacks``: how many of each generation). ``--functions DIR`` keeps the counts by C
+function, and their sums by library (uvloop, httptools, the regular expressions, ...).
 ``--gc`` sets the worker's collector: ``on`` (as served), ``off`` (``gc.disable()``, as the
 in-process counts run) or ``freeze`` (``gc.freeze()`` once the app is imported). Needs
 ``valgrind``; traffic stays on 127.0.0.1.
@@ -27,6 +30,7 @@ import gc
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -221,16 +225,43 @@ def _counted(
         return counts
 
 
+#: library -> a pattern of the source files cachegrind names (the rest is the interpreter)
+_LIBRARIES = {
+    "uvloop": r"uvloop|/loop\.c$",
+    "httptools": r"llhttp|httptools|/parser\.c$|/api\.c$|url_parser",
+    "regular expressions (sre)": r"/_sre/",
+    "asyncio's C tasks and futures": r"_asynciomodule",
+    "gc module (tracking, collections)": r"gcmodule",
+    "libc (malloc, memcpy, ...)": r"^\./",
+}
+
+
 def _by_function(outs: list[str], requests: int, to: Path) -> None:
-    """The long run's counts minus the short run's, by function (cg_annotate's table)."""
+    """The long run's counts minus the short run's, by function (cg_annotate's table), and
+    the instructions per request of each library."""
     diff = f"{outs[1]}.diff"
     with open(diff, "w") as file:
         subprocess.run(["cg_diff", outs[0], outs[1]], check=True, stdout=file)
     table = subprocess.run(
-        ["cg_annotate", "--auto=no", "--threshold=0.2", diff],
+        ["cg_annotate", "--auto=no", "--threshold=0.001", diff],
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
-    to.write_text(f"# the counts of {requests} requests (long run minus short run)\n{table}")
+    sums = dict.fromkeys([*_LIBRARIES, "the interpreter and the rest"], 0)
+    for line in table.splitlines():
+        cells = re.sub(r"\(\s*-?[\d.]+%\)", " ", line).split()
+        if len(cells) < 2 or ":" not in cells[-1] or not re.fullmatch(r"-?[\d,]+", cells[0]):
+            continue
+        source = cells[-1].rsplit(":", 1)[0]
+        library = next(
+            (name for name, pattern in _LIBRARIES.items() if re.search(pattern, source)),
+            "the interpreter and the rest",
+        )
+        sums[library] += int(cells[0].replace(",", ""))
+    summary = "".join(f"{sum_ / requests / 1000:8.1f}k  {name}\n" for name, sum_ in sums.items())
+    to.write_text(
+        f"# instructions per request by library ({requests} requests)\n{summary}\n"
+        f"# by function: the counts of {requests} requests (long run minus short run)\n{table}"
+    )
 
 
 def _wait_for(port: int, proc: subprocess.Popen[str]) -> None:
@@ -284,10 +315,8 @@ def main() -> None:
     tag = "served" if args.connections else "in-process"
     print(f"per request, {where}, GC {args.gc}, ({long} - {short} requests)")
     for variant in args.only or VARIANTS:
-        outs = [
-            str(Path(args.functions or tempfile.gettempdir()) / f"{variant}-{tag}-{n}.out")
-            for n in (short, long)
-        ]
+        directory = Path(args.functions or tempfile.mkdtemp())
+        outs = [str(directory / f"{variant}-{tag}-{n}.out") for n in (short, long)]
         runs = [
             _counted(variant, n, args.connections, args.gc, out)
             for n, out in zip((short, long), outs, strict=True)
@@ -295,8 +324,7 @@ def main() -> None:
         if args.functions:
             _by_function(outs, long - short, Path(args.functions) / f"{variant}-{tag}.txt")
         else:
-            for out in outs:
-                Path(out).unlink()
+            shutil.rmtree(directory)
         per = {name: (runs[1][name] - runs[0][name]) / (long - short) for name in runs[0]}
         collections = (
             "  gc per 1000: " + "/".join(f"{per[f'gc{g}'] * 1000:.1f}" for g in range(3))
