@@ -30,6 +30,7 @@ from ._country import CountryResolver, country_key, needs_country
 from ._identity import IdentityResolver
 from ._in_flight import Slot, Slots
 from ._own_keys import own_key
+from ._route_limit import RouteLimit
 from ._rules import Rule, TieredLimits, validate_cost
 from ._ruleset import Plan, PlanEntry, Route, RuleSet
 from ._settled_costs import charge_at_most, differences
@@ -109,18 +110,7 @@ class RequestPolicy:
                     raise needs_country(f"rule {rule.name!r}: {what}")
         allow_list = AccessList(allow, "allow")
         deny_list = AccessList(deny, "deny")
-        for rule in ruleset.all_rules:
-            for named in rule.tiers.values():
-                for _, limit in named:
-                    self.engine.backend.validate_limit(limit.enforced)
-                    if limit.elastic != 1.0 and self.engine.load is None:
-                        raise ConfigurationError(
-                            f"rule {rule.name!r}: limit {limit!r} is elastic: give "
-                            "RateLimiter(load=LoadMonitor(...)), which says when there is "
-                            "capacity to spare"
-                        )
-        if self.slots is None and any(rule.in_flight for rule in ruleset.all_rules):
-            self.slots = Slots(self.engine)  # raises for a backend that keeps no leases
+        self._check_backend(ruleset.all_rules)
         previous: RuleSet | None = getattr(self, "rules", None)
         if previous is not None:
             ruleset.exempt = previous.exempt  # the usage endpoint's path stays exempt
@@ -132,6 +122,44 @@ class RequestPolicy:
         self.deny = deny_list
         # Empty lists cannot match: then no request needs its address as an object.
         self._lists = bool(allow_list or deny_list)
+
+    def _check_backend(self, rules: Iterable[Rule]) -> None:
+        """What ``rules`` need of the backend, checked: limits it keeps, load for elastic
+        limits, and leases for in-flight limits (the slots, taken from it here)."""
+        for rule in rules:
+            for named in rule.tiers.values():
+                for _, limit in named:
+                    self.engine.backend.validate_limit(limit.enforced)
+                    if limit.elastic != 1.0 and self.engine.load is None:
+                        raise ConfigurationError(
+                            f"rule {rule.name!r}: limit {limit!r} is elastic: give "
+                            "RateLimiter(load=LoadMonitor(...)), which says when there is "
+                            "capacity to spare"
+                        )
+            if self.slots is None and rule.in_flight is not None:
+                self.slots = Slots(self.engine)  # raises for a backend that keeps no leases
+
+    def plan_route_limit(self, limit: RouteLimit) -> None:
+        """Check a route limit as the rules are checked: the country it needs, what its rule
+        needs of the backend."""
+        if limit.key == "country" and not self.countries:
+            raise needs_country("limit(key='country')")
+        self._check_backend((limit.rule,))
+
+    def decide_route(
+        self,
+        scope: Scope,
+        identity: Identity,
+        route: Route,
+        costs: list[float | Awaitable[float]],
+        keys: list[str | Awaitable[str | None] | None],
+        consume: bool = True,
+    ) -> Awaitable[Decision]:
+        """The decision on a route limit's ``route`` (`RouteLimit.route`), at ``costs`` and
+        ``keys`` (per rule: what its key of your own answers, "" for a built-in kind), which
+        the door reads from its framework's request; in-flight slots and settling by
+        outcome as for the rules (``decision.settle``, ``decision.release``)."""
+        return self._decide_later(scope, identity, route, costs, keys, consume)
 
     def check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
         """Deny list, allow list, identity, rules, then one atomic decision for every rule.
@@ -272,6 +300,8 @@ class RequestPolicy:
                 subject = self.identities.ip_key(scope)
             elif rule.key == "global":
                 subject = "*"
+            elif rule.key == "country":
+                subject = country_key(self.countries.country(scope))
             else:  # a key of your own, answered before
                 subject = keys[index]
             if subject is not None:
