@@ -204,6 +204,27 @@ async def test_a_global_key_shares_the_slots_between_everyone(
     assert (await mine.done()).status == 200
 
 
+async def test_a_country_key_gives_each_country_slots_of_its_own() -> None:
+    countries = {PEER: "DE", "203.0.113.8": "DE", "198.51.100.9": "BR"}
+
+    def country(scope: Any) -> str | None:
+        return countries.get(scope["client"][0])
+
+    rule = Rule("/slow", concurrency=1, key="country", name="signups")
+    gates, app, _ = guarded(MemoryBackend(), rule, country=country)
+    (german,) = await held(app, gates, "/slow", "a")
+    gates.open("b")
+    other_german = await Exchange(app, "/slow", "b", peer="203.0.113.8").done()
+    assert other_german.status == 429  # Germany's one slot is taken
+    assert other_german.headers["ratelimit"] == '"signups";r=0;t=1'
+    gates.open("c")
+    brazilian = await Exchange(app, "/slow", "c", peer="198.51.100.9").done()
+    assert brazilian.status == 200  # Brazil's is free
+    assert brazilian.headers["ratelimit"] == '"signups";r=0'
+    gates.open("a")
+    assert (await german.done()).status == 200
+
+
 # -- when slots come back -------------------------------------------------------------------
 
 
