@@ -449,6 +449,24 @@ async def test_routes_of_an_included_router_are_named_with_their_prefix(
         assert (await http.get("/api/items/2")).status_code == 429
 
 
+async def test_a_route_whose_template_is_not_ascii_is_limited_under_a_printable_name(
+    limiter: RateLimiter,
+) -> None:
+    app = FastAPI()
+
+    @app.get("/caf\u00e9/{item_id}", dependencies=[Depends(limiter.limit(fixed("1/minute")))])
+    async def item(item_id: int) -> dict[str, int]:
+        return {"id": item_id}
+
+    async with client(app) as http:
+        ok = await http.get("/caf%C3%A9/1")
+        assert ok.status_code == 200
+        assert ok.headers["ratelimit-policy"] == '"/caf?/{item_id}";q=1;w=60'
+        refused = await http.get("/caf%C3%A9/2")
+        assert refused.status_code == 429
+        assert refused.headers["ratelimit"] == '"/caf?/{item_id}";r=0;t=60'
+
+
 def _tenant_route(limiter: RateLimiter, door: str) -> APIRouter:
     """A router with ``GET /items/{item_id}`` limited to 2/minute by ``door``."""
     router = APIRouter()

@@ -149,7 +149,10 @@ class RouteLimit:
         if found is None:
             if len(self._routes) >= _MAX_ROUTES:
                 self._routes.clear()
-            rule = self._rule(route_id, self.policy_name(route_name))
+            # A template may hold any character; a policy's name is printable ASCII (the
+            # headers send "?" for the others, as they did before the rule had the name).
+            policy = "".join(c if " " <= c <= "~" else "?" for c in self.policy_name(route_name))
+            rule = self._rule(route_id, policy)
             found = self._routes[route_id] = rules.route_of((rule,))
         return found
 
