@@ -465,6 +465,24 @@ async def test_a_route_dependency_limits_requests_in_flight(
         assert "ratelimit" in over.headers
 
 
+@pytest.mark.parametrize("mode", ["shadow", "off"])
+async def test_a_route_in_flight_limit_follows_the_limiters_mode(mode: Any) -> None:
+    # As a rule's: in shadow mode the slot refuses nothing, and off it is not taken at all.
+    gates = Gates()
+    limiter = RateLimiter(backend=MemoryBackend(), validate=False, mode=mode)
+    app = fastapi_app(limiter, gates, middleware=True)
+    transport = httpx.ASGITransport(app=app, client=(PEER, 1234))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        first = asyncio.ensure_future(http.get("/export", params={"id": "a"}))
+        await until(lambda: "a" in gates.entered)
+        gates.open("b")
+        second = await http.get("/export", params={"id": "b"})
+        assert second.status_code == 200
+        assert "b" in gates.entered
+        gates.open("a")
+        assert (await first).status_code == 200
+
+
 @pytest.mark.parametrize("middleware", [True, False], ids=["middleware", "dependency-alone"])
 async def test_a_streamed_route_holds_its_slot_until_the_stream_ends(
     any_backend: Backend, middleware: bool
