@@ -427,6 +427,16 @@ def test_bad_settings_fail_at_construction(
         limiter.limit(**kwargs)
 
 
+def test_an_elastic_limit_needs_a_load_monitor_as_for_a_rule(limiter: RateLimiter) -> None:
+    # Only a LoadMonitor says when an elastic limit may stretch.
+    with pytest.raises(ConfigurationError) as raised:
+        limiter.limit(Limit("5/minute", elastic=2.0))
+    assert str(raised.value) == (
+        "limit(): limit Limit('5/minute', elastic=2.0) is elastic: give "
+        "RateLimiter(load=LoadMonitor(...)), which says when there is capacity to spare"
+    )
+
+
 def test_limits_accept_limit_objects(limiter: RateLimiter) -> None:
     spec = limiter.limit([LimitType("5/minute"), "10/hour"])
     assert [limit.text for limit in spec.limits] == ["5/minute", "10/hour"]

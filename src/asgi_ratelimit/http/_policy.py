@@ -123,16 +123,17 @@ class RequestPolicy:
         # Empty lists cannot match: then no request needs its address as an object.
         self._lists = bool(allow_list or deny_list)
 
-    def _check_backend(self, rules: Iterable[Rule]) -> None:
+    def _check_backend(self, rules: Iterable[Rule], what: str | None = None) -> None:
         """What ``rules`` need of the backend, checked: limits it keeps, load for elastic
-        limits, and leases for in-flight limits (the slots, taken from it here)."""
+        limits, and leases for in-flight limits (the slots, taken from it here). ``what``
+        names them in errors (else each rule's name)."""
         for rule in rules:
             for named in rule.tiers.values():
                 for _, limit in named:
                     self.engine.backend.validate_limit(limit.enforced)
                     if limit.elastic != 1.0 and self.engine.load is None:
                         raise ConfigurationError(
-                            f"rule {rule.name!r}: limit {limit!r} is elastic: give "
+                            f"{what or f'rule {rule.name!r}'}: limit {limit!r} is elastic: give "
                             "RateLimiter(load=LoadMonitor(...)), which says when there is "
                             "capacity to spare"
                         )
@@ -144,7 +145,7 @@ class RequestPolicy:
         needs of the backend."""
         if limit.key == "country" and not self.countries:
             raise needs_country("limit(key='country')")
-        self._check_backend((limit.rule,))
+        self._check_backend((limit.rule,), "limit()")
 
     def decide_route(
         self,
