@@ -3,8 +3,9 @@
     limiter = RateLimiter()                       # in-memory backend
     decision = await limiter.hit("user:42", "5/minute")
 
-Doors (the middleware, ``limiter.limit()`` dependencies, ``limiter.limit_endpoint()``
-decorators) call `RateLimiter.check` for a request scope: the one request path.
+The middleware calls `RateLimiter.check` for a request scope: the one request path. Route
+limits (``limiter.limit()`` dependencies, ``limiter.limit_endpoint()`` decorators) are made by
+`RateLimiter.route_limit`, and its request policy plans and decides them as rules.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The request policy: a scope -> its lists, identity, rules and checks -> the engine's decision.
 
-Every door that limits HTTP requests (the middleware; the dependency and the decorator for
-the lists and identity) goes through `RequestPolicy.check`, the one request path:
+Every limit of a request is planned here: the middleware's rules through `RequestPolicy.check`,
+the one request path, and route limits (the dependency, the decorator) as the `Rule` of their
+route through `RequestPolicy.decide_route`:
 
     outcome = policy.check(scope)          # a Decision, Access("blocked" | "bypass"), or an
                                            # awaitable of one: nothing to await, nothing awaited
