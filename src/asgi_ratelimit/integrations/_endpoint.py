@@ -134,7 +134,7 @@ class EndpointLimit:
         name), at the cost and key the request gives."""
         limit = self.route_limit
         planned = limit.route(self.limiter.policy.rules, *route)
-        cost = await self._cost(request)
+        cost = limit.cost if not callable(limit.cost) else await self._cost(request, limit.cost)
         key = (
             own_key(limit.key, request, identity.key, self, self._log)
             if callable(limit.key)
@@ -232,10 +232,8 @@ class EndpointLimit:
             for name, value in self._ietf.render(Decision.of(policies)):
                 response.headers[name.decode()] = value.decode("latin-1")
 
-    async def _cost(self, request: Request) -> float:
-        cost = self.route_limit.cost
-        if not callable(cost):
-            return cost
+    async def _cost(self, request: Request, cost: Callable[[Request], Any]) -> float:
+        """What the cost function answers for ``request`` (1 when it fails)."""
         try:
             value = cost(request)
             if inspect.isawaitable(value):
