@@ -148,21 +148,6 @@ class RequestPolicy:
             raise needs_country("limit(key='country')")
         self._check_backend((limit.rule,), "limit()")
 
-    def decide_route(
-        self,
-        scope: Scope,
-        identity: Identity,
-        route: Route,
-        costs: list[float | Awaitable[float]],
-        keys: list[str | Awaitable[str | None] | None],
-        consume: bool = True,
-    ) -> Awaitable[Decision]:
-        """The decision on a route limit's ``route`` (`RouteLimit.route`), at ``costs`` and
-        ``keys`` (per rule: what its key of your own answers, "" for a built-in kind), which
-        the door reads from its framework's request; in-flight slots and settling by
-        outcome as for the rules (``decision.settle``, ``decision.release``)."""
-        return self._decide_later(scope, identity, route, costs, keys, consume)
-
     def check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
         """Deny list, allow list, identity, rules, then one atomic decision for every rule.
 
@@ -255,8 +240,24 @@ class RequestPolicy:
                     cost = self._cost_failed(rule, exc)
             checked.append(self._valid_cost(rule, cost))
         own = [await key if inspect.isawaitable(key) else key for key in keys]
-        checks, policies = self.checks(scope, identity, route, checked, keys=own)
-        slots = self._slots(scope, identity, route, own) if consume else ()
+        return await self.decide_route(scope, identity, route, checked, own, consume)
+
+    async def decide_route(
+        self,
+        scope: Scope,
+        identity: Identity,
+        route: Route,
+        costs: Sequence[float],
+        keys: Sequence[str | None],
+        consume: bool = True,
+    ) -> Decision:
+        """The decision on ``route`` at ``costs`` and ``keys`` (per rule: its cost, and what
+        its key of your own answered, "" for a built-in kind): a dynamic route's, once its
+        callables answered, and a route limit's (`RouteLimit.route`), whose door reads them
+        from its framework's request. In-flight slots first, then the rates; settling by
+        outcome in ``decision.settle``, the slots' release in ``decision.release``."""
+        checks, policies = self.checks(scope, identity, route, costs, keys=keys)
+        slots = self._slots(scope, identity, route, keys) if consume else ()
         if not slots:
             return await self._decided(checks, policies, identity, consume)
         # In-flight slots first: a request they refuse is counted by no rate limit.

@@ -140,6 +140,8 @@ class EndpointLimit:
             if callable(limit.key)
             else ""  # a built-in kind: the request policy reads it from the scope
         )
+        if inspect.isawaitable(key):
+            key = await key
         return await self.limiter.policy.decide_route(
             request.scope, identity, planned, [cost], [key], consume
         )
