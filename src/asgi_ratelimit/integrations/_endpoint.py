@@ -351,9 +351,7 @@ class EndpointLimit:
             )
         identity = await self.limiter.identify(scope)
         checks, policies = self.named_checks(scope, identity)
-        decision = self.limiter.engine.decide(checks, policies, identity, consume=False)
-        if not isinstance(decision, Decision):
-            decision = await decision
+        decision = await self.limiter.engine.decide(checks, policies, identity, consume=False)
         return decision.policies
 
     def named_checks(
