@@ -14,7 +14,7 @@ request down.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from .._errors import ConfigurationError
@@ -50,6 +50,8 @@ class IdentityResolver:
         self.sources: tuple[IdentitySource, ...] = tuple(
             items[: items.index(self.ip)] if self.ip in items else items
         )
+        #: what `identify` asks, in order: the sources, then the client IP
+        self._asked: tuple[IdentitySource, ...] = (*self.sources, self.ip)
         self.log = LogOnce()
         # The resolved address is kept in the scope, under a key of this limiter's own (two
         # limiters may trust different proxies).
@@ -57,20 +59,19 @@ class IdentityResolver:
 
     async def identify(self, scope: Scope) -> Identity:
         """The request's identity: the first source that yields one, else the client IP's."""
-        for source in self.sources:  # none (the client IP alone) is the usual set-up
-            identity = await self._answer(source, scope)
-            if identity is not None:
-                return identity
-        return await self._answer(self.ip, scope) or Identity("ip:unknown", None, "ip")
+        for source in self._asked:
+            answer = self._ask(source, scope)
+            if answer is not None and not isinstance(answer, Identity):
+                answer = await self._settled(source, answer)  # a lookup's awaitable
+            if answer is not None:
+                return answer
+        return Identity("ip:unknown", None, "ip")
 
-    async def _answer(self, source: IdentitySource, scope: Scope) -> Identity | None:
-        """What ``source`` answers, awaited when it answers with an awaitable (a lookup);
-        None when it raises or answers anything else (logged once)."""
-        answer = self._ask(source, scope)
-        if answer is None or isinstance(answer, Identity):
-            return answer
+    async def _settled(self, source: IdentitySource, pending: Awaitable[object]) -> Identity | None:
+        """What ``source`` answered with ``pending``; None when it raises or answers anything
+        else (logged once)."""
         try:
-            answer = await answer
+            answer = await pending
         except Exception as exc:
             self._failed(source, exc)
             return None

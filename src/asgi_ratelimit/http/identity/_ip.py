@@ -110,8 +110,8 @@ class ClientIP:
         peers = self._peers
         if peers is not None:
             client = scope.get("client")
-            host = client[0] if client.__class__ is tuple and client else None
-            if host.__class__ is str:
+            host = client[0] if isinstance(client, tuple) and client else None
+            if isinstance(host, str):
                 identity = peers.get(host)
                 if identity is None:
                     # A canonical IPv4 address (what servers put there) is its own key: no
