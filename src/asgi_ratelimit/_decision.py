@@ -235,18 +235,19 @@ def decide_from(
 ) -> Decision:
     """The decision of ``policies`` from the backend's ``outcomes`` for their ``checks``;
     ``charge`` is what the call consumed, kept only when the request is admitted."""
-    statuses = tuple(
-        [_status(p.name, c.limit, o) for p, c, o in zip(policies, checks, outcomes, strict=True)]
-    )
+    if not len(policies) == len(checks) == len(outcomes):
+        raise ValueError(f"{len(outcomes)} outcomes for {len(checks)} checks")
+    statuses = tuple(map(_status, policies, checks, outcomes))
     decision = Decision.of(statuses, identity)
     if charge is not None and decision.allowed:
         decision.charge = charge
     return decision
 
 
-def _status(name: str, enforced: Limit, outcome: Outcome) -> PolicyStatus:
+def _status(policy: Policy, check: Check, outcome: Outcome) -> PolicyStatus:
     # A soft limit is enforced as a larger one and advertised as itself: what is left of
     # the advertised limit is what is left beyond the soft extra (0 while using it).
+    enforced = check.limit
     limit = enforced.advertised
     remaining = outcome.remaining - (enforced.burst - limit.burst)
     if not isinstance(remaining, int) or not 0 <= remaining <= limit.burst:
@@ -259,7 +260,7 @@ def _status(name: str, enforced: Limit, outcome: Outcome) -> PolicyStatus:
     else:  # t on a refusal is when this request would pass: Retry-After
         retry = upcoming = outcome.retry_us / 1_000_000
     return PolicyStatus(
-        name,
+        policy.name,
         limit,
         outcome.allowed,
         remaining,
