@@ -235,6 +235,28 @@ def decide_from(
 ) -> Decision:
     """The decision of ``policies`` from the backend's ``outcomes`` for their ``checks``;
     ``charge`` is what the call consumed, kept only when the request is admitted."""
+    if len(outcomes) == 1 and len(checks) == len(policies) == 1:
+        # One policy admitting a whole count (most requests): it binds, and its status says
+        # all. Written out, not through `_status` and `Decision.of`: after compiling this
+        # still saves 5.5k instructions a request, 7% of the overhead (performance notes,
+        # "The plain path").
+        outcome = outcomes[0]
+        limit = checks[0].limit
+        remaining = outcome.remaining
+        if (
+            outcome.allowed
+            and isinstance(remaining, int)
+            and 0 <= remaining <= limit.burst
+            and limit.advertised is limit  # (a soft limit's headers say less: `_status`)
+        ):
+            name = policies[0].name
+            reset = outcome.reset_us / 1_000_000
+            delay = outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0
+            upcoming = outcome.next_us / 1_000_000
+            status = PolicyStatus(name, limit, True, remaining, reset, 0.0, upcoming, delay)
+            return Decision(
+                True, limit.burst, remaining, reset, 0.0, delay, name, identity, (status,), charge
+            )
     if not len(policies) == len(checks) == len(outcomes):
         raise ValueError(f"{len(outcomes)} outcomes for {len(checks)} checks")
     statuses = tuple(map(_status, policies, checks, outcomes))
