@@ -51,7 +51,11 @@ async def _variants() -> dict[str, Built]:
 
     app, limiter = _app("none")
     identity = await limiter.identify(dict(scope))
-    limiter.policy.identities.identify = lambda scope: identity  # type: ignore[method-assign]
+
+    async def identified(scope: Any) -> Any:
+        return identity
+
+    limiter.policy.identities.identify = identified  # type: ignore[method-assign]
     variants["... identity free"] = Built(app=app)
 
     app, limiter = _app("none")
@@ -62,8 +66,12 @@ async def _variants() -> dict[str, Built]:
     variants["... backend free"] = Built(app=app)
 
     app, limiter = _app("none")
-    decision = limiter.check(dict(scope))
-    limiter.check = lambda scope, *, consume=True: decision  # type: ignore[method-assign]
+    decision = await limiter.check(dict(scope))
+
+    async def decided(scope: Any, consume: bool = True) -> Any:
+        return decision
+
+    limiter.check = decided  # type: ignore[method-assign]
     variants["... whole limiter free (middleware shell)"] = Built(app=app)
     return variants
 

@@ -111,8 +111,7 @@ def _checks(name: str, i: int, limits: tuple[Limit, ...]) -> Prepared:
 
 
 async def _decide(limiter: RateLimiter, prepared: Prepared) -> Decision:
-    decision = limiter.engine.decide(*prepared, None)
-    return decision if isinstance(decision, Decision) else await decision
+    return await limiter.engine.decide(*prepared, None)
 
 
 def _variants(

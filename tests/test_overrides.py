@@ -43,9 +43,7 @@ def limiter_on(backend: Backend) -> RateLimiter:
 async def admitted(limiter: RateLimiter, path: str, times: int, peer: str = "192.0.2.10") -> int:
     count = 0
     for _ in range(times):
-        decision = limiter.check(scope_of(path, peer))
-        if not hasattr(decision, "allowed"):
-            decision = await decision  # type: ignore[misc]
+        decision = await limiter.check(scope_of(path, peer))
         count += decision.allowed  # type: ignore[union-attr]
     return count
 

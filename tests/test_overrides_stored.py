@@ -48,9 +48,7 @@ def scope_of(peer: str) -> dict[str, object]:
 async def admitted(limiter: RateLimiter, peer: str, times: int) -> int:
     count = 0
     for _ in range(times):
-        decision = limiter.check(scope_of(peer))
-        if not hasattr(decision, "allowed"):
-            decision = await decision  # type: ignore[misc]
+        decision = await limiter.check(scope_of(peer))
         count += decision.allowed  # type: ignore[union-attr]
     return count
 

@@ -33,9 +33,7 @@ async def admitted(limiter: RateLimiter, peer: str, times: int) -> int:
              "client": (peer, 1)}  # fmt: skip
     count = 0
     for _ in range(times):
-        decision = limiter.check(scope)
-        if not hasattr(decision, "allowed"):
-            decision = await decision  # type: ignore[misc]
+        decision = await limiter.check(scope)
         count += decision.allowed  # type: ignore[union-attr]
     return count
 

@@ -225,13 +225,6 @@ class Decision:
 
 HeaderStyle = Literal["both", "legacy", "ietf", "none"]
 
-# `PolicyStatus(...)` and `Decision(...)` as `_new` then `__init__`: calling the class goes
-# through C (type.__call__, then __init__ in a frame of its own), calling the Python
-# `__init__` directly does not; the usual request builds one of each.
-_new = object.__new__
-_init_status = PolicyStatus.__init__
-_init_decision = Decision.__init__
-
 
 def decide_from(
     policies: Sequence[Policy],
@@ -240,65 +233,46 @@ def decide_from(
     identity: Identity | None,
     charge: Charge | None = None,
 ) -> Decision:
-    """The decision of ``policies`` from the backend's ``outcomes`` for their ``checks``."""
-    if len(outcomes) == 1:  # one policy: it binds (Decision.of, without its loop)
+    """The decision of ``policies`` from the backend's ``outcomes`` for their ``checks``;
+    ``charge`` is what the call consumed, kept only when the request is admitted."""
+    if len(outcomes) == 1 and len(checks) == len(policies) == 1:
+        # One policy admitting a whole count (most requests): it binds, and its status says
+        # all. Written out, not through `_status` and `Decision.of`: after compiling this
+        # still saves 5.5k instructions a request, 6% of the overhead (performance notes,
+        # "The plain path").
         outcome = outcomes[0]
         limit = checks[0].limit
         remaining = outcome.remaining
         if (
             outcome.allowed
-            and remaining.__class__ is int
+            and isinstance(remaining, int)
             and 0 <= remaining <= limit.burst
             and limit.advertised is limit  # (a soft limit's headers say less: `_status`)
         ):
-            # `_status` of an admitted whole count (every request of a whole cost), and the
-            # Decision of that one status, inlined: every request.
             name = policies[0].name
             reset = outcome.reset_us / 1_000_000
             delay = outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0
-            status = _new(PolicyStatus)
-            _init_status(
-                status, name, limit, True, remaining, reset, 0.0, outcome.next_us / 1_000_000, delay
+            upcoming = outcome.next_us / 1_000_000
+            status = PolicyStatus(name, limit, True, remaining, reset, 0.0, upcoming, delay)
+            return Decision(
+                True, limit.burst, remaining, reset, 0.0, delay, name, identity, (status,), charge
             )
-            decision = _new(Decision)
-            _init_decision(
-                decision,
-                True, limit.burst, remaining, reset, 0.0, delay, name, identity, (status,), charge,
-            )  # fmt: skip
-            return decision
-        status = _status(policies[0].name, limit, outcome)
-        decision = _new(Decision)
-        _init_decision(
-            decision,
-            status.allowed,
-            status.limit.burst,
-            status.remaining,
-            status.reset_after,
-            status.retry_after,
-            status.delay,
-            status.name,
-            identity,
-            (status,),
-        )
-    else:
-        statuses = tuple(
-            [
-                _status(p.name, c.limit, o)
-                for p, c, o in zip(policies, checks, outcomes, strict=True)
-            ]
-        )
-        decision = Decision.of(statuses, identity)
+    if not len(policies) == len(checks) == len(outcomes):
+        raise ValueError(f"{len(outcomes)} outcomes for {len(checks)} checks")
+    statuses = tuple(map(_status, policies, checks, outcomes))
+    decision = Decision.of(statuses, identity)
     if charge is not None and decision.allowed:
         decision.charge = charge
     return decision
 
 
-def _status(name: str, enforced: Limit, outcome: Outcome) -> PolicyStatus:
+def _status(policy: Policy, check: Check, outcome: Outcome) -> PolicyStatus:
     # A soft limit is enforced as a larger one and advertised as itself: what is left of
     # the advertised limit is what is left beyond the soft extra (0 while using it).
+    enforced = check.limit
     limit = enforced.advertised
     remaining = outcome.remaining - (enforced.burst - limit.burst)
-    if remaining.__class__ is not int or not 0 <= remaining <= limit.burst:
+    if not isinstance(remaining, int) or not 0 <= remaining <= limit.burst:
         remaining = max(0, min(limit.burst, math.floor(remaining)))
     if outcome.allowed:
         retry = 0.0
@@ -307,10 +281,8 @@ def _status(name: str, enforced: Limit, outcome: Outcome) -> PolicyStatus:
         retry, upcoming = NEVER, outcome.reset_us / 1_000_000
     else:  # t on a refusal is when this request would pass: Retry-After
         retry = upcoming = outcome.retry_us / 1_000_000
-    status = _new(PolicyStatus)
-    _init_status(
-        status,
-        name,
+    return PolicyStatus(
+        policy.name,
         limit,
         outcome.allowed,
         remaining,
@@ -319,4 +291,3 @@ def _status(name: str, enforced: Limit, outcome: Outcome) -> PolicyStatus:
         upcoming,
         outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0,
     )
-    return status

@@ -4,13 +4,13 @@ Every door ends here: the middleware, the FastAPI dependency, the Starlette deco
 direct calls. It knows nothing of HTTP.
 
     engine = Engine(MemoryBackend(), on_backend_error="allow")
-    decision = engine.decide(checks, policies, identity)   # a Decision, or an awaitable
+    decision = await engine.decide(checks, policies, identity)
     refund(decision.charge)                           # give back what it consumed
 
-`Engine.decide` answers at once when the backend does (memory) and with an awaitable when it
-cannot (Redis): one path, which costs no coroutine when none is needed. When the backend
-fails, each policy gets its failure policy: ``allow`` (it does not apply), ``deny`` (refused,
-retry in a second) or ``fallback`` (a local `MemoryBackend` decides it).
+`Engine.decide` is where the request path meets the backend, the one place it may wait: the
+memory backend answers at once, Redis with an awaitable. When the backend fails, each policy
+gets its failure policy: ``allow`` (it does not apply), ``deny`` (refused, retry in a
+second) or ``fallback`` (a local `MemoryBackend` decides it).
 
 Each policy has a mode, its own or the engine's (`Engine.mode`, changeable at run time):
 ``enforce``, ``shadow`` (decided and counted as if enforced, refusing and delaying nothing)
@@ -20,7 +20,7 @@ or ``off`` (not decided at all).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import get_args
 
 from ._decision import Charge, Decision, FailurePolicy, Mode, Policy, PolicyStatus, decide_from
@@ -28,7 +28,7 @@ from ._errors import BackendError, ConfigurationError
 from ._identity import Identity
 from ._load import LoadMonitor
 from .backends._memory import MemoryBackend
-from .backends._protocol import Answer, Backend, Check
+from .backends._protocol import Backend, Check
 
 __all__ = [
     "FAILURE_POLICIES",
@@ -84,54 +84,44 @@ class Engine:
     @mode.setter
     def mode(self, mode: Mode) -> None:
         self._mode = validate_mode(mode, "mode")
-        # Bound here, not tested per request: when every policy enforces (most apps), the
-        # doors call the plain `decide` and modes cost nothing; without a load monitor,
-        # elastic limits cost nothing either.
-        plain = self._mode == "enforce" and not self.policy_modes
-        self._by_mode = Engine.decide.__get__(self) if plain else self._decide_in_modes
-        if self.load is not None:
-            self.decide = self._decide_elastic  # type: ignore[method-assign]
-        elif plain:
-            vars(self).pop("decide", None)
-        else:
-            self.decide = self._decide_in_modes  # type: ignore[method-assign]
 
-    def decide(
+    async def decide(
         self,
         checks: Sequence[Check],
         policies: Sequence[Policy],
         identity: Identity | None,
         consume: bool = True,
-    ) -> Decision | Awaitable[Decision]:
+    ) -> Decision:
         """The decision of ``checks`` (all or nothing) under the names of ``policies``;
         ``consume=False`` counts nothing."""
-        if not checks:
-            return Decision.unlimited(identity)
-        backend = self.backend
-        try:
-            result = backend.decide(checks, consume)
-        except Exception as exc:  # a broken backend must never take the app down
-            return self._in_outage(checks, policies, identity, consume, exc)
-        if isinstance(result, tuple):  # a plain pair or a `Result`: answered now
-            outcomes, at = result
-            # What it consumed, for a refund if a later door refuses: nothing when refused.
-            charge = (backend, checks, at, None) if consume and outcomes[0].allowed else None
-            return decide_from(policies, checks, outcomes, identity, charge)
-        return self._awaiting(result, checks, policies, identity, consume)
+        if self.load is not None:
+            checks = self._stretched(checks, self.load)
+        if self._mode == "enforce" and not self.policy_modes:  # most apps: no modes to apply
+            return await self._decided(checks, policies, identity, consume)
+        return await self._decided_in_modes(checks, policies, identity, consume)
 
-    async def _awaiting(
+    async def _decided(
         self,
-        pending: Awaitable[Answer],
         checks: Sequence[Check],
         policies: Sequence[Policy],
         identity: Identity | None,
         consume: bool,
     ) -> Decision:
+        """One backend call: the one place where the request path may wait (a backend with
+        its state elsewhere answers with an awaitable, the memory backend at once)."""
+        if not checks:
+            return Decision.unlimited(identity)
+        backend = self.backend
         try:
-            outcomes, at = await pending
-        except Exception as exc:
+            answer = backend.decide(checks, consume)
+            if not isinstance(answer, tuple):
+                answer = await answer
+        except Exception as exc:  # a broken backend must never take the app down
             return self._in_outage(checks, policies, identity, consume, exc)
-        charge = (self.backend, checks, at, None) if consume else None
+        outcomes, at = answer
+        # What it consumed, for a refund if a later door refuses (decide_from keeps it only
+        # on an admitted decision: a refusal consumed nothing).
+        charge = (backend, checks, at, None) if consume else None
         return decide_from(policies, checks, outcomes, identity, charge)
 
     def _in_outage(
@@ -170,33 +160,27 @@ class Engine:
         decision.outage = "fallback"
         return decision
 
-    def _decide_elastic(
-        self,
-        checks: Sequence[Check],
-        policies: Sequence[Policy],
-        identity: Identity | None,
-        consume: bool = True,
-    ) -> Decision | Awaitable[Decision]:
-        """`decide`, each request costing ``1 / elastic`` of its elastic limits while the
+    @staticmethod
+    def _stretched(checks: Sequence[Check], load: LoadMonitor) -> Sequence[Check]:
+        """``checks``, each request costing ``1 / elastic`` of its elastic limits while the
         load monitor reports capacity to spare: they admit ``elastic`` times as much."""
-        assert self.load is not None
-        if any(check.limit.elastic != 1.0 for check in checks) and self.load.spare:
-            checks = [
+        if any(check.limit.elastic != 1.0 for check in checks) and load.spare:
+            return [
                 check._replace(cost=check.cost / check.limit.elastic)
                 if check.limit.elastic != 1.0
                 else check
                 for check in checks
             ]
-        return self._by_mode(checks, policies, identity, consume)
+        return checks
 
-    def _decide_in_modes(
+    async def _decided_in_modes(
         self,
         checks: Sequence[Check],
         policies: Sequence[Policy],
         identity: Identity | None,
-        consume: bool = True,
-    ) -> Decision | Awaitable[Decision]:
-        """`decide` with each policy in its mode: ``off`` ones left out, ``shadow`` ones
+        consume: bool,
+    ) -> Decision:
+        """The decision with each policy in its mode: ``off`` ones left out, ``shadow`` ones
         refusing and delaying nothing."""
         mode = self._mode
         if mode == "off" or self.policy_modes:
@@ -204,34 +188,9 @@ class Engine:
             if not all(kept):
                 checks = [check for check, keep in zip(checks, kept, strict=True) if keep]
                 policies = [policy for policy, keep in zip(policies, kept, strict=True) if keep]
-        decision = Engine.decide(self, checks, policies, identity, consume)
+        decision = await self._decided(checks, policies, identity, consume)
         if mode == "enforce" and not any(p.mode == "shadow" for p in policies):
             return decision
-        if isinstance(decision, Decision):
-            return self._shadowed(decision, checks, policies, identity, consume)
-        return self._shadowed_later(decision, checks, policies, identity, consume)
-
-    async def _shadowed_later(
-        self,
-        pending: Awaitable[Decision],
-        checks: Sequence[Check],
-        policies: Sequence[Policy],
-        identity: Identity | None,
-        consume: bool,
-    ) -> Decision:
-        decision = self._shadowed(await pending, checks, policies, identity, consume)
-        return await decision if not isinstance(decision, Decision) else decision
-
-    def _shadowed(
-        self,
-        decision: Decision,
-        checks: Sequence[Check],
-        policies: Sequence[Policy],
-        identity: Identity | None,
-        consume: bool,
-    ) -> Decision | Awaitable[Decision]:
-        """``decision`` with its shadow policies' refusals and delays taken back."""
-        mode = self._mode
         shadows = {p.name for p in policies if (p.mode or mode) == "shadow"}
         statuses = decision.policies
         if not any(status.name in shadows for status in statuses):
@@ -250,16 +209,10 @@ class Engine:
             return _with_shadows(decision, shadows, decision.charge)
         # Shadow policies refused while the enforced ones would have admitted: refused, the
         # call consumed nothing (all or nothing), so the enforced ones decide again, alone.
-        again = Engine.decide(
-            self,
-            [checks[i] for i in enforced],
-            [policies[i] for i in enforced],
-            identity,
-            consume,
+        again = await self._decided(
+            [checks[i] for i in enforced], [policies[i] for i in enforced], identity, consume
         )
-        if isinstance(again, Decision):
-            return _merged_shadows(decision, again, shadows)
-        return _merged_later(decision, again, shadows)
+        return _merged_shadows(decision, again, shadows)
 
     def _log_once(self, exc: Exception) -> None:
         failure = f"{type(exc).__name__}: {exc}"
@@ -297,10 +250,6 @@ def _merged_shadows(first: Decision, again: Decision, shadows: set[str]) -> Deci
     merged = Decision.of(shadowed + again.policies, first.identity)
     merged.outage = again.outage or first.outage
     return _with_shadows(merged, shadows, again.charge)
-
-
-async def _merged_later(first: Decision, again: Awaitable[Decision], shadows: set[str]) -> Decision:
-    return _merged_shadows(first, await again, shadows)
 
 
 def validate_mode(value: object, what: str) -> Mode:

@@ -3,7 +3,7 @@
     limiter = RateLimiter()                       # in-memory backend
     decision = await limiter.hit("user:42", "5/minute")
 
-The middleware calls `RateLimiter.check` for a request scope: the one request path. Route
+The middleware awaits `RateLimiter.check` for a request scope: the one request path. Route
 limits (``limiter.limit()`` dependencies, ``limiter.limit_endpoint()`` decorators) are made by
 `RateLimiter.route_limit`, and its request policy plans and decides them as rules.
 """
@@ -15,9 +15,9 @@ import contextlib
 import inspect
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ._decision import Decision, FailurePolicy, Mode, Policy, PolicyStatus
 from ._engine import Engine
@@ -27,7 +27,6 @@ from ._headers import HEADER_STYLES, HeaderRenderer
 from ._identity import Identity
 from ._key_secret import KeyedStorage, KeySecret
 from ._load import LoadMonitor
-from ._named import new_named
 from ._overrides import Overrides
 from ._rates import Limit, LimitsLike, parse_limits
 from ._rules_source import RulesSource
@@ -55,8 +54,6 @@ if TYPE_CHECKING:
 __all__ = ["RateLimiter"]
 
 logger = logging.getLogger("asgi_ratelimit")
-
-_T = TypeVar("_T")
 
 #: how many direct-use limit specs a limiter keeps parsed (an app uses a handful)
 _DIRECT_LIMITS_CACHED = 256
@@ -180,21 +177,17 @@ class RateLimiter:
         #: who hears of every decision
         self.observers = Observers(observers)
         self._backend_name = type(self.backend).__name__
-        # The request path, observed or not: chosen once, since it runs per request.
-        self._checking: Callable[..., Checked | Awaitable[Checked]] = (
-            self._observed_check if self.observers else self.policy.check
-        )
-        self.check: Callable[..., Checked | Awaitable[Checked]] = self._checking
-        """The one request path: ``limiter.check(scope, consume=True)`` answers a `Decision`,
-        an ``Access`` (the allow or deny list decided), or an awaitable of one. What the
-        middleware and the route-level doors call; bound once, since it runs per request."""
-        if (
+        #: whether `check` tells observers (fixed here: the observers are fixed here too)
+        self._observed = bool(self.observers)
+        #: whether the next request is among the first ones: the start-up checks look at
+        #: them, and the background work (rules file poll, overrides sync, load monitors)
+        #: starts on the first, when no lifespan started it
+        self._starting = bool(
             self.policy.validation.requests_to_inspect
             or self.rules_source.every
             or self.overrides.shared
-            or bool(self.monitors)
-        ):
-            self.check = self._starting_check  # the first requests only
+            or self.monitors
+        )
         #: the limiter's one header renderer (its caches are its own, and bounded)
         self.renderer = HeaderRenderer(headers)
         self._direct_limits: dict[
@@ -222,17 +215,27 @@ class RateLimiter:
             settings = RateLimitSettings.load()
         return cls(**{**settings.limiter_options(), **overrides})
 
-    def _starting_check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
-        """`check` for the first requests: the start-up checks look at them, and the rules
-        file's poll starts; then `check` is the request path alone, so later requests pay
-        nothing."""
+    async def check(self, scope: Scope, consume: bool = True) -> Checked:
+        """The one request path: the `Decision` for a request scope, or an ``Access`` (the
+        allow or deny list decided). What the middleware and the route-level doors call;
+        ``consume=False`` counts nothing."""
+        if self._starting:
+            self._start_with(scope)
+        if not self._observed or not consume:
+            return await self.policy.check(scope, consume)
+        start = perf_counter()
+        checked = await self.policy.check(scope, consume)
+        self._report(scope, checked, perf_counter() - start)
+        return checked
+
+    def _start_with(self, scope: Scope) -> None:
+        """The first requests: the start-up checks look at them, and the background work
+        starts (once; `start` does nothing the second time)."""
         self.start()
         validation = self.policy.validation
         if validation.requests_to_inspect:
             validation.inspect(scope)
-        if not validation.requests_to_inspect:
-            self.check = self._checking
-        return self._checking(scope, consume)
+        self._starting = bool(validation.requests_to_inspect)
 
     # -- rules from a file -------------------------------------------------------------------
 
@@ -247,7 +250,6 @@ class RateLimiter:
             logger.error("rules not reloaded, the old rules stay in force: %s", exc)
             raise
         self.engine.policy_modes = config.has_modes
-        self.engine.mode = self.engine.mode  # bind the path the new rules' modes need
         logger.info("rules reloaded from %s: %d rules", self.rules_source.path, len(self.rules))
 
     def start(self) -> None:
@@ -282,24 +284,6 @@ class RateLimiter:
             if self.rules_source.changed():
                 with contextlib.suppress(ConfigurationError):  # logged; the old rules stay
                     self.reload_rules()
-
-    def _observed_check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
-        """`check`, telling the observers what it decided (only when there are observers)."""
-        start = perf_counter()
-        checked = self.policy.check(scope, consume)
-        if not consume:
-            return checked
-        if isinstance(checked, (Decision, Access)):
-            self._report(scope, checked, perf_counter() - start)
-            return checked
-        return self._observed_later(scope, checked, start)
-
-    async def _observed_later(
-        self, scope: Scope, pending: Awaitable[Checked], start: float
-    ) -> Checked:
-        checked = await pending
-        self._report(scope, checked, perf_counter() - start)
-        return checked
 
     def _report(self, scope: Scope, checked: Checked, latency: float) -> None:
         method = scope.get("method") or "GET"  # a websocket handshake is a GET
@@ -367,19 +351,17 @@ class RateLimiter:
     async def hit(self, key: str, limits: LimitsLike, cost: float = 1) -> Decision:
         """Count one request of ``cost`` against every limit, all or nothing."""
         checks, policies = self._direct_checks(key, limits, cost)
-        if not self.observers:
-            decision = self.engine.decide(checks, policies, None)
-            # `_settled`, inlined: direct use is a hot path of its own (websocket messages).
-            return decision if isinstance(decision, Decision) else await decision
+        if not self._observed:
+            return await self.engine.decide(checks, policies, None)
         start = perf_counter()
-        decision = await _settled(self.engine.decide(checks, policies, None))
+        decision = await self.engine.decide(checks, policies, None)
         self.report(decision, None, None, perf_counter() - start)
         return decision
 
     async def peek(self, key: str, limits: LimitsLike, cost: float = 1) -> Decision:
         """What ``hit`` would answer now, consuming nothing; ``remaining`` is what is left now."""
         checks, policies = self._direct_checks(key, limits, cost)
-        return await _settled(self.engine.decide(checks, policies, None, consume=False))
+        return await self.engine.decide(checks, policies, None, consume=False)
 
     async def reset(self, key: str, limits: LimitsLike | None = None) -> None:
         """Give ``key`` its full quota back: for the direct-use ``limits``, or, when None,
@@ -424,18 +406,18 @@ class RateLimiter:
                 self._direct_limits.clear()
             self._direct_limits[spec] = parsed
         enforced, policies = parsed
-        return [new_named(Check, (key, limit, cost, "", None)) for limit in enforced], policies
+        return [Check(key, limit, cost, "", None) for limit in enforced], policies
 
     # -- HTTP ----------------------------------------------------------------------------------
 
     async def identify(self, scope: Scope) -> Identity:
         """The identity the limiter counts a request scope against."""
-        return await _settled(self.policy.identities.identify(scope))
+        return await self.policy.identities.identify(scope)
 
     async def usage(self, scope: Scope) -> tuple[PolicyStatus, ...]:
         """Every policy of the limiter's rules that applies to a request, as it stands now
         (what ``/rate_limit`` pages show); consumes nothing."""
-        checked = await _settled(self.policy.check(scope, consume=False))
+        checked = await self.policy.check(scope, consume=False)
         return checked.policies if isinstance(checked, Decision) else ()
 
     def describe_rules(self, method: str, path: str) -> list[str]:
@@ -515,7 +497,3 @@ def _items(limits: Iterable[Limit | str]) -> tuple[Limit | str, ...]:
         return tuple(limits)
     except TypeError:  # no list at all: parse_limits raises, saying what is wrong
         return parse_limits(limits)
-
-
-async def _settled(value: _T | Awaitable[_T]) -> _T:
-    return await value if inspect.isawaitable(value) else value

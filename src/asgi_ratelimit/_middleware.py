@@ -128,27 +128,14 @@ class RateLimitMiddleware:
             if self._shed is not None and not self._serves(scope, self._shed):
                 await send_response(send, *overloaded(self._shed.retry_after))
                 return
-            checked: Decision | Access | Awaitable[Decision | Access] | None
-            try:
-                checked = self.limiter.check(scope)
-            except Exception as exc:
-                self._failed(exc)
-                checked = None
-            if not isinstance(checked, Decision):
-                if checked is not None and not isinstance(checked, Access):
-                    checked = await self._settled(checked)  # a coroutine only when needed
-                if not isinstance(checked, Decision):  # the lists decided, or a failure
-                    if checked is not None and checked.verdict == "blocked":
-                        await send_response(send, *forbidden())
-                    else:  # the allow list, or the limiter failed (logged)
-                        await self.app(scope, receive, send)
-                    return
-            # remember(scope, checked), inlined: every request.
-            state = scope.get("state")
-            if state is None:
-                scope["state"] = {"rate_limit": checked}
-            else:
-                state["rate_limit"] = checked
+            checked = await self._answer(scope)
+            if not isinstance(checked, Decision):  # the lists decided, or a failure
+                if checked is not None and checked.verdict == "blocked":
+                    await send_response(send, *forbidden())
+                else:  # the allow list, or the limiter failed (logged)
+                    await self.app(scope, receive, send)
+                return
+            remember(scope, checked)
             if not checked.allowed:
                 doors = self.limiter.route_doors
                 if doors is not None:  # the refusal lists the route limits' items too
@@ -275,17 +262,10 @@ class RateLimitMiddleware:
 
         return stopping
 
-    def _answer(self, scope: Scope) -> Decision | Access | Awaitable[Decision | Access] | None:
+    async def _answer(self, scope: Scope) -> Decision | Access | None:
         """The limiter's answer for ``scope`` (None when it failed: logged)."""
         try:
-            return self.limiter.check(scope)
-        except Exception as exc:
-            self._failed(exc)
-            return None
-
-    async def _settled(self, pending: Awaitable[Decision | Access]) -> Decision | Access | None:
-        try:
-            return await pending
+            return await self.limiter.check(scope)
         except Exception as exc:
             self._failed(exc)
             return None
@@ -318,12 +298,7 @@ class RateLimitMiddleware:
         await send_response(send, *self._responses.refusal(decision))
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        answer = self._answer(scope)
-        checked: Decision | Access | None
-        if answer is None or isinstance(answer, (Decision, Access)):
-            checked = answer
-        else:
-            checked = await self._settled(answer)
+        checked = await self._answer(scope)
         if isinstance(checked, Access):
             if checked.verdict == "blocked":
                 await _refuse_websocket(scope, receive, send, *forbidden())

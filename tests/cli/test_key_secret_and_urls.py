@@ -62,7 +62,7 @@ def logins(url: str, identity: str, rules: Path, count: int, key_secret: str | N
             scope: dict[str, Any] = {"type": "http", "method": "GET", "path": "/login",
                                      "headers": [], "client": (identity[3:], 1)}  # fmt: skip
             for _ in range(count):
-                await limiter.check(scope)  # type: ignore[misc]
+                await limiter.check(scope)
 
     asyncio.run(count_them())
 

@@ -19,7 +19,7 @@ def scope_of(path: str, peer: str = "203.0.113.1") -> dict[str, Any]:
             "client": (peer, 1)}  # fmt: skip
 
 
-def test_the_route_cache_stays_bounded_and_right_under_endless_distinct_paths() -> None:
+async def test_the_route_cache_stays_bounded_and_right_under_endless_distinct_paths() -> None:
     clock = FakeClock(ALIGNED)
     limiter = RateLimiter(
         backend=MemoryBackend(clock=clock),
@@ -27,39 +27,39 @@ def test_the_route_cache_stays_bounded_and_right_under_endless_distinct_paths() 
     )
     routes = limiter.policy.rules._routes
     for n in range(3 * _ruleset._CACHE_SIZE):
-        checked = limiter.check(scope_of(f"/items/{n}", peer=f"198.51.100.{n % 200}"))
+        checked = await limiter.check(scope_of(f"/items/{n}", peer=f"198.51.100.{n % 200}"))
         assert isinstance(checked, Decision) and checked.policy == "i"
         assert len(routes) <= _ruleset._CACHE_SIZE
     # After all that churn the rule still counts exactly.
-    answers = [limiter.check(scope_of("/items/x", peer="192.0.2.9")) for _ in range(4)]
+    answers = [await limiter.check(scope_of("/items/x", peer="192.0.2.9")) for _ in range(4)]
     assert [a.allowed for a in answers if isinstance(a, Decision)] == [True, True, True, False]
 
 
-def test_two_limiters_with_the_same_policy_names_keep_their_own_headers() -> None:
+async def test_two_limiters_with_the_same_policy_names_keep_their_own_headers() -> None:
     # The renderer is the limiter's own: one name, two limits, no thrashing or mix-up.
     clock = FakeClock(ALIGNED)
     small = RateLimiter(backend=MemoryBackend(clock=clock), rules=[Rule("/", limits="2/minute")])
     large = RateLimiter(backend=MemoryBackend(clock=clock), rules=[Rule("/", limits="50/hour")])
     for _ in range(3):
         for limiter, policy in ((small, b'"/";q=2;w=60'), (large, b'"/";q=50;w=3600')):
-            decision = limiter.check(scope_of("/"))
+            decision = await limiter.check(scope_of("/"))
             assert isinstance(decision, Decision)
             headers = dict(limiter.renderer.render(decision))
             assert headers[b"ratelimit-policy"] == policy
 
 
-def test_refusal_bodies_are_cached_per_limiter_and_bounded() -> None:
+async def test_refusal_bodies_are_cached_per_limiter_and_bounded() -> None:
     clock = FakeClock(ALIGNED)
     limiter = RateLimiter(
         backend=MemoryBackend(clock=clock),
         rules=[Rule("/", limits=Limit("1/day", algorithm="sliding_window_log"), name="d")],
     )
     responses = Responses(limiter.renderer)
-    assert isinstance(limiter.check(scope_of("/")), Decision)
+    assert isinstance(await limiter.check(scope_of("/")), Decision)
     seen = set()
     for _ in range(2 * _BODY_CACHE):  # a new Retry-After every second: a new body each time
         clock.advance(1)
-        decision = limiter.check(scope_of("/"))
+        decision = await limiter.check(scope_of("/"))
         assert isinstance(decision, Decision) and not decision.allowed
         denial = responses.refusal(decision)
         seen.add(denial.body)
@@ -68,7 +68,7 @@ def test_refusal_bodies_are_cached_per_limiter_and_bounded() -> None:
     assert len(seen) == 2 * _BODY_CACHE
 
 
-def test_a_kept_refusal_is_served_only_while_its_numbers_hold() -> None:
+async def test_a_kept_refusal_is_served_only_while_its_numbers_hold() -> None:
     # A limiter keeps each one-policy refusal; every answer must equal a fresh one, and the
     # kept headers must be read only (each response sent gets a list of its own).
     clock = FakeClock(ALIGNED)
@@ -79,7 +79,7 @@ def test_a_kept_refusal_is_served_only_while_its_numbers_hold() -> None:
     retry_afters = []
     for step in [0.0, 0.0, 0.0, 0.2, 0.5, 1.0, 30.0, 30.0, 29.0, 0.5]:
         clock.advance(step)
-        decision = limiter.check(scope_of("/"))
+        decision = await limiter.check(scope_of("/"))
         assert isinstance(decision, Decision)
         if not decision.allowed:
             denial = responses.refusal(decision)

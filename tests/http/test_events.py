@@ -11,6 +11,7 @@ import pytest
 from fastapi import Depends, FastAPI, Request
 
 from asgi_ratelimit import (
+    Decision,
     DecisionEvent,
     Identity,
     Limit,
@@ -139,7 +140,7 @@ async def test_the_dependency_the_decorator_and_direct_use_report() -> None:
 async def test_observers_hear_of_a_decision_after_the_door_answered() -> None:
     events: list[DecisionEvent] = []
     limiter = RateLimiter(rules=[Rule("/search", limits="5/minute")], observers=[events.append])
-    decision = limiter.check(scope_of("/search"))
+    decision = await limiter.check(scope_of("/search"))
     assert decision is not None
     assert events == []  # not inside the request's step
     await delivered()
@@ -185,11 +186,6 @@ async def test_a_failing_observer_is_logged_once_and_breaks_nothing(
     ]
 
 
-def test_without_observers_the_request_path_is_the_policys_own() -> None:
-    limiter = RateLimiter(validate=False)
-    assert limiter.check == limiter.policy.check  # nothing wrapped, nothing paid
-
-
 def test_observers_must_be_a_list_of_callables() -> None:
     from asgi_ratelimit import ConfigurationError
 
@@ -219,5 +215,6 @@ def test_an_async_observer_outside_an_event_loop_is_logged_not_leaked(
 
     limiter = RateLimiter(rules=[Rule("/search", limits="5/minute")], observers=[observer])
     with caplog.at_level(logging.ERROR, logger="asgi_ratelimit"):
-        limiter.check(scope_of("/search"))  # no running loop: told at once
+        # a door's decision reported with no running loop (a thread of your own): told at once
+        limiter.report(Decision.unlimited(), "GET", "/search", 0.0)
     assert "needs a running asyncio event loop" in caplog.text

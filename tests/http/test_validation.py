@@ -53,12 +53,12 @@ def test_trusting_every_address_is_named(network: str, caplog: pytest.LogCapture
     ]
 
 
-def test_a_proxy_nobody_trusts_is_named_once(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_proxy_nobody_trusts_is_named_once(caplog: pytest.LogCaptureFixture) -> None:
     limiter = RateLimiter(backend=MemoryBackend(), default_limits="100/minute")
-    assert isinstance(limiter.check(scope_of()), Decision)  # no header: nothing to say
+    assert isinstance(await limiter.check(scope_of()), Decision)  # no header: nothing to say
     assert warnings(caplog) == []
     for _ in range(3):
-        limiter.check(scope_of((b"X-Forwarded-For", b"203.0.113.9")))
+        await limiter.check(scope_of((b"X-Forwarded-For", b"203.0.113.9")))
     assert warnings(caplog) == [
         "a request from 10.0.0.5 carries X-Forwarded-For, but ClientIP trusts no proxy: every "
         "client behind that proxy shares its address, and one budget. Set "
@@ -68,20 +68,19 @@ def test_a_proxy_nobody_trusts_is_named_once(caplog: pytest.LogCaptureFixture) -
     assert limiter.policy.validation.requests_to_inspect == 0  # no more looking
 
 
-def test_only_the_first_requests_are_looked_at(caplog: pytest.LogCaptureFixture) -> None:
+async def test_only_the_first_requests_are_looked_at(caplog: pytest.LogCaptureFixture) -> None:
     limiter = RateLimiter(default_limits="1000/minute")
     for _ in range(INSPECTED_REQUESTS):
-        limiter.check(scope_of())
+        await limiter.check(scope_of())
     assert limiter.policy.validation.requests_to_inspect == 0
-    assert limiter.check == limiter.policy.check  # later requests take the plain path
-    limiter.check(scope_of((b"forwarded", b"for=203.0.113.9")))
+    await limiter.check(scope_of((b"forwarded", b"for=203.0.113.9")))
     assert warnings(caplog) == []
 
 
-def test_trusted_proxies_set_means_nothing_to_say(caplog: pytest.LogCaptureFixture) -> None:
+async def test_trusted_proxies_set_means_nothing_to_say(caplog: pytest.LogCaptureFixture) -> None:
     limiter = RateLimiter(identify=ClientIP(trusted_proxies=["10.0.0.0/8"]))
     for _ in range(3):
-        limiter.check(scope_of((b"x-forwarded-for", b"203.0.113.9")))
+        await limiter.check(scope_of((b"x-forwarded-for", b"203.0.113.9")))
     assert warnings(caplog) == []
 
 
@@ -127,15 +126,15 @@ async def test_a_peer_the_server_left_alone_is_not_double_trust(
     assert warnings(caplog) == []
 
 
-def test_validate_false_silences_every_check(caplog: pytest.LogCaptureFixture) -> None:
+async def test_validate_false_silences_every_check(caplog: pytest.LogCaptureFixture) -> None:
     limiter = RateLimiter(
         identify=ClientIP(trusted_proxies=["0.0.0.0/0"]),
         rules=[Rule("/auth/login", methods=["PSOT"], limits="5/minute")],
         validate=False,
     )
-    limiter.check(scope_of((b"x-forwarded-for", b"203.0.113.9")))
+    await limiter.check(scope_of((b"x-forwarded-for", b"203.0.113.9")))
     other = RateLimiter(validate=False)
-    other.check(scope_of((b"x-forwarded-for", b"203.0.113.9")))
+    await other.check(scope_of((b"x-forwarded-for", b"203.0.113.9")))
     assert warnings(caplog) == []
 
 

@@ -8,7 +8,6 @@ State: ``(window_index, count)``.
 
 from __future__ import annotations
 
-from .._named import new_named
 from .._rates import Limit
 from .base import NEVER, Outcome, State
 
@@ -26,12 +25,9 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
         count += cost
         reset = until_next_window if count else 0
         # The whole quota comes back at once, when the window ends.
-        return new_named(
-            Outcome,
-            (True, limit.amount, limit.amount - count, reset, 0, 0, (window, count), reset, reset),
+        return Outcome(
+            True, limit.amount, limit.amount - count, reset, 0, 0, (window, count), reset, reset
         )
     retry = until_next_window if cost <= limit.amount else NEVER
     reset = until_next_window if count else 0
-    return new_named(
-        Outcome, (False, limit.amount, limit.amount - count, reset, retry, 0, None, 0, 0)
-    )
+    return Outcome(False, limit.amount, limit.amount - count, reset, retry, 0, None, 0, 0)

@@ -10,7 +10,6 @@ State: ``(tat_scaled,)``.
 
 from __future__ import annotations
 
-from .._named import new_named
 from .._rates import Limit
 from .base import NEVER, Outcome, State, ceil_div, scaled_cost
 
@@ -31,10 +30,8 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
         more = ceil_div(backlog - tolerance + (remaining + 1) * period, limit.amount)
         if remaining >= limit.burst:
             more = 0
-        return new_named(
-            Outcome, (True, limit.burst, remaining, reset, 0, 0, (new_tat,), reset, more)
-        )
+        return Outcome(True, limit.burst, remaining, reset, 0, 0, (new_tat,), reset, more)
     retry = ceil_div(backlog - tolerance, limit.amount) if cost <= limit.burst else NEVER
     remaining = (tolerance - (tat - now_scaled)) // period
     reset = ceil_div(tat - now_scaled, limit.amount)
-    return new_named(Outcome, (False, limit.burst, remaining, reset, retry, 0, None, 0, 0))
+    return Outcome(False, limit.burst, remaining, reset, retry, 0, None, 0, 0)

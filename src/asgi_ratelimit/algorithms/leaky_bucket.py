@@ -10,7 +10,6 @@ State: ``(queue_empty_at_scaled,)``.
 
 from __future__ import annotations
 
-from .._named import new_named
 from .._rates import Limit
 from .base import NEVER, Outcome, State, ceil_div, scaled_cost
 
@@ -34,12 +33,9 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
         more = ceil_div(backlog - capacity + (remaining + 1) * period, limit.amount)
         if remaining >= limit.burst:
             more = 0
-        return new_named(
-            Outcome, (True, limit.burst, remaining, reset, 0, delay, (new_empty_at,), reset, more)
-        )
+        return Outcome(True, limit.burst, remaining, reset, 0, delay, (new_empty_at,), reset, more)
     retry = ceil_div(queued + step - capacity, limit.amount) if cost <= limit.burst else NEVER
     remaining = (capacity - queued) // period
-    return new_named(
-        Outcome,
-        (False, limit.burst, remaining, ceil_div(queued, limit.amount), retry, 0, None, 0, 0),
+    return Outcome(
+        False, limit.burst, remaining, ceil_div(queued, limit.amount), retry, 0, None, 0, 0
     )

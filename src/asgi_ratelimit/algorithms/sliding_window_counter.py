@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import math
 
-from .._named import new_named
 from .._rates import Limit
 from .base import NEVER, Outcome, State
 
@@ -69,15 +68,13 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
                 amount - estimate - cost, amount, current, previous, elapsed, period
             )
         remaining = amount - estimate - cost
-        return new_named(
-            Outcome, (True, amount, remaining, reset, 0, 0, (window, current, previous), ttl, more)
-        )
+        return Outcome(True, amount, remaining, reset, 0, 0, (window, current, previous), ttl, more)
     retry: float = NEVER
     if cost <= amount:
         retry = _wait_until_fits(cost, amount, current, previous, elapsed, period)
     reset = _wait_until_fits(amount, amount, current, previous, elapsed, period)
     remaining = max(0, amount - estimate)
-    return new_named(Outcome, (False, amount, remaining, reset, retry, 0, None, 0, 0))
+    return Outcome(False, amount, remaining, reset, retry, 0, None, 0, 0)
 
 
 def _more_quota_in(

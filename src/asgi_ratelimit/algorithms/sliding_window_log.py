@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-from .._named import new_named
 from .._rates import Limit
 from .base import NEVER, Outcome, State
 
@@ -31,12 +30,10 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
         reset = entries[-1][0] + period - now if entries else 0
         wanted = math.floor(amount - used) + 1  # one more than is left
         more = _wait(entries, wanted, amount, used, period, now) if wanted <= amount else 0
-        return new_named(
-            Outcome, (True, amount, amount - used, reset, 0, 0, tuple(entries), reset, more)
-        )
+        return Outcome(True, amount, amount - used, reset, 0, 0, tuple(entries), reset, more)
     reset = entries[-1][0] + period - now if entries else 0
     retry = _wait(entries, cost, amount, used, period, now) if cost <= amount else NEVER
-    return new_named(Outcome, (False, amount, amount - used, reset, retry, 0, None, 0, 0))
+    return Outcome(False, amount, amount - used, reset, retry, 0, None, 0, 0)
 
 
 def _wait(

@@ -10,7 +10,6 @@ State: ``(level, last_update_us)``.
 
 from __future__ import annotations
 
-from .._named import new_named
 from .._rates import Limit
 from .base import NEVER, Outcome, State, ceil_div, scaled_cost
 
@@ -35,9 +34,7 @@ def decide(state: State | None, now: int, limit: Limit, cost: float) -> Outcome:
         remaining = level // period
         # The next whole token: the level reaches (remaining + 1) * period.
         more = ceil_div((remaining + 1) * period - level, limit.amount) if level < full else 0
-        return new_named(
-            Outcome, (True, limit.burst, remaining, reset, 0, 0, (level, last), reset, more)
-        )
+        return Outcome(True, limit.burst, remaining, reset, 0, 0, (level, last), reset, more)
     retry = ceil_div(needed - level, limit.amount) if cost <= limit.burst else NEVER
     reset = ceil_div(full - level, limit.amount)
-    return new_named(Outcome, (False, limit.burst, level // period, reset, retry, 0, None, 0, 0))
+    return Outcome(False, limit.burst, level // period, reset, retry, 0, None, 0, 0)

@@ -10,13 +10,14 @@ number is exact and the same on every run (``random`` takes a seed).
 
 from __future__ import annotations
 
+import asyncio
 import random
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from .._decision import Decision, Policy
+from .._decision import Policy
 from .._engine import Engine
 from .._load import LoadMonitor
 from .._rates import ALGORITHM_NAMES, Limit
@@ -137,20 +138,23 @@ def replay(
     engine = Engine(MemoryBackend(clock=clock), load=LoadMonitor(signal=level))
     run = Run(limit.algorithm, limit)
     checks, policies = [Check("simulate", limit.enforced, 1, "")], [Policy("simulate")]
-    for at in times:
-        clock.now = START + at
-        decision = engine.decide(checks, policies, None)
-        assert isinstance(decision, Decision)  # the memory backend answers at once
-        if decision.allowed:
-            run.admitted_at.append(at)
-            run.delays.append(decision.delay)
-            delay_us = round(decision.delay * 1_000_000)
-            run.reached_us.append(round(clock.now * 1_000_000) - _START_US + delay_us)
-        else:
-            run.refused_at.append(at)
-            run.retries.append(decision.retry_after)
-        if progress is not None:
-            progress(1)
+
+    async def send_all() -> None:
+        for at in times:
+            clock.now = START + at
+            decision = await engine.decide(checks, policies, None)
+            if decision.allowed:
+                run.admitted_at.append(at)
+                run.delays.append(decision.delay)
+                delay_us = round(decision.delay * 1_000_000)
+                run.reached_us.append(round(clock.now * 1_000_000) - _START_US + delay_us)
+            else:
+                run.refused_at.append(at)
+                run.retries.append(decision.retry_after)
+            if progress is not None:
+                progress(1)
+
+    asyncio.run(send_all())  # the memory backend never waits: no I/O, only its loop
     return run
 
 

@@ -1,8 +1,8 @@
 """Who sent a request: the identity sources in order, then the client IP.
 
     resolver = IdentityResolver([APIKey(keys={"k-1": "premium"}), ClientIP()])
-    identity = resolver.identify(scope)     # an Identity, or an awaitable of one
-    resolver.ip_identity(scope)             # the client IP's (for key="ip" rules, the lists)
+    identity = await resolver.identify(scope)
+    resolver.ip_key(scope)                  # the client IP's key (key="ip" rules)
     resolver.client_address(scope)          # IPv4Address('203.0.113.7'), once per request
 
 A source answers at once or with an awaitable (a key lookup, a JWKS fetch); the first that
@@ -14,7 +14,7 @@ request down.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from .._errors import ConfigurationError
@@ -46,63 +46,39 @@ class IdentityResolver:
         ips = [source for source in items if isinstance(source, ClientIP)]
         #: the source of the client IP: the fallback identity, key="ip" rules, the lists
         self.ip: ClientIP = ips[0] if ips else ClientIP()
-        # Its __call__ (a subclass's own too), bound once: calling the instance would go
-        # through the type's call slot, a C frame and a method lookup per request.
-        self._ip_call: Callable[[Scope], Any] = self.ip.__call__
         # The sources before the fallback: the IP, when listed, ends the search anyway.
         self.sources: tuple[IdentitySource, ...] = tuple(
             items[: items.index(self.ip)] if self.ip in items else items
         )
+        #: what `identify` asks, in order: the sources, then the client IP
+        self._asked: tuple[IdentitySource, ...] = (*self.sources, self.ip)
         self.log = LogOnce()
         # The resolved address is kept in the scope, under a key of this limiter's own (two
         # limiters may trust different proxies).
         self._address_key = f"asgi_ratelimit.client_address.{id(self)}"
 
-    def identify(self, scope: Scope) -> Identity | Awaitable[Identity]:
+    async def identify(self, scope: Scope) -> Identity:
         """The request's identity: the first source that yields one, else the client IP's."""
-        if self.sources:  # none (the client IP alone) is the usual set-up: no loop to start
-            for index, source in enumerate(self.sources):
-                answer = self._ask(source, scope)
-                if answer is not None:
-                    if isinstance(answer, Identity):
-                        return answer
-                    return self._identify_later(scope, index, answer)
-        try:  # the client IP: every request that no source identified (most of them)
-            answer = self._ip_call(scope)
+        for source in self._asked:
+            answer = self._ask(source, scope)
+            if answer is not None and not isinstance(answer, Identity):
+                answer = await self._settled(source, answer)  # a lookup's awaitable
+            if answer is not None:
+                return answer
+        return Identity("ip:unknown", None, "ip")
+
+    async def _settled(self, source: IdentitySource, pending: Awaitable[object]) -> Identity | None:
+        """What ``source`` answered with ``pending``; None when it raises or answers anything
+        else (logged once)."""
+        try:
+            answer = await pending
         except Exception as exc:
-            self.log.error("client-ip", "ClientIP %r failed (%r)", self.ip, exc)
-            return Identity("ip:unknown", None, "ip")
-        return answer if isinstance(answer, Identity) else self._ip_identity_settled(answer)
-
-    async def _identify_later(
-        self, scope: Scope, index: int, pending: Awaitable[object]
-    ) -> Identity:
-        """`identify` once the source at ``index`` has answered ``pending``."""
-        answer = await self._settle(self.sources[index], pending)
-        if answer is not None:
-            return answer
-        for source in self.sources[index + 1 :]:
-            found = self._ask(source, scope)
-            if found is not None and not isinstance(found, Identity):
-                found = await self._settle(source, found)
-            if found is not None:
-                return found
-        identity = self._ip_identity(scope)
-        return identity if isinstance(identity, Identity) else await identity
-
-    def _ip_identity(self, scope: Scope) -> Identity | Awaitable[Identity]:
-        answer = self._ask(self.ip, scope)
+            self._failed(source, exc)
+            return None
         if answer is None or isinstance(answer, Identity):
-            return answer or Identity("ip:unknown", None, "ip")
-        return self._ip_identity_settled(answer)
-
-    async def _ip_identity_settled(self, answer: object) -> Identity:
-        if inspect.isawaitable(answer):
-            answer = await self._settle(self.ip, answer)
-        elif answer is not None:
-            self._wrong_type(self.ip, answer)
-            answer = None
-        return answer if isinstance(answer, Identity) else Identity("ip:unknown", None, "ip")
+            return answer
+        self._wrong_type(source, answer)
+        return None
 
     def ip_key(self, scope: Scope) -> str:
         """The client-IP key (``ip:203.0.113.7``) whatever the identity: ``key="ip"`` rules."""
@@ -122,23 +98,18 @@ class IdentityResolver:
         try:
             answer = source(scope)
         except Exception as exc:
-            self.log.error(f"identify:{id(source)}", "identity source %r failed (%r)", source, exc)
+            self._failed(source, exc)
             return None
         if answer is None or isinstance(answer, Identity) or inspect.isawaitable(answer):
             return answer
         self._wrong_type(source, answer)
         return None
 
-    async def _settle(self, source: IdentitySource, pending: Awaitable[object]) -> Identity | None:
-        try:
-            answer = await pending
-        except Exception as exc:
+    def _failed(self, source: IdentitySource, exc: Exception) -> None:
+        if source is self.ip:
+            self.log.error("client-ip", "ClientIP %r failed (%r)", self.ip, exc)
+        else:
             self.log.error(f"identify:{id(source)}", "identity source %r failed (%r)", source, exc)
-            return None
-        if answer is None or isinstance(answer, Identity):
-            return answer
-        self._wrong_type(source, answer)
-        return None
 
     def client_address(self, scope: Scope) -> IPAddress | None:
         """The client's address as the `ClientIP` source resolves it (proxies honoured).

@@ -105,7 +105,7 @@ def adding_headers(
             for name, _ in headers:
                 # ASGI names are lower-case bytes already (then no copy is made to compare).
                 lowered = (
-                    name if name.__class__ is bytes and name.islower() else bytes(name).lower()
+                    name if isinstance(name, bytes) and name.islower() else bytes(name).lower()
                 )
                 if lowered in _SINGLE:  # the app set some of ours: it knows better
                     headers = _merged(headers, extra, scope is not None and refunded(scope))

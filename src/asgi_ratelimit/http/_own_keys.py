@@ -22,7 +22,7 @@ from typing import Any
 
 from .._log_once import LogOnce
 
-__all__ = ["KeyFunction", "own_key", "settle_key", "stored_key"]
+__all__ = ["KeyFunction", "own_key", "stored_key"]
 
 #: ``key=callable(scope or request) -> str | None`` (or an awaitable of one)
 KeyFunction = Callable[[Any], "str | Awaitable[str | None] | None"]
@@ -33,25 +33,16 @@ def stored_key(value: str) -> str:
     return "own:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def own_key(
+async def own_key(
     function: KeyFunction, argument: Any, fallback: str, owner: object, log: LogOnce
-) -> str | Awaitable[str | None] | None:
-    """What ``function(argument)`` answers, as a storage key (None: the limit does not apply),
-    or an awaitable of it; ``fallback`` (the identity's key) when it fails."""
+) -> str | None:
+    """What ``function(argument)`` answers (awaited when it answers with an awaitable), as a
+    storage key (None: the limit does not apply); ``fallback`` (the identity's key) when it
+    fails."""
     try:
         answer = function(argument)
-    except Exception as exc:
-        return _failed(owner, exc, fallback, log)
-    if inspect.isawaitable(answer):
-        return settle_key(answer, fallback, owner, log)
-    return _checked(answer, fallback, owner, log)
-
-
-async def settle_key(
-    pending: Awaitable[object], fallback: str, owner: object, log: LogOnce
-) -> str | None:
-    try:
-        answer = await pending
+        if inspect.isawaitable(answer):
+            answer = await answer
     except Exception as exc:
         return _failed(owner, exc, fallback, log)
     return _checked(answer, fallback, owner, log)

@@ -4,12 +4,11 @@ Every limit of a request is planned here: the middleware's rules through `Reques
 the one request path, and route limits (the dependency, the decorator) as the `Rule` of their
 route through `RequestPolicy.decide_route`:
 
-    outcome = policy.check(scope)          # a Decision, Access("blocked" | "bypass"), or an
-                                           # awaitable of one: nothing to await, nothing awaited
+    outcome = await policy.check(scope)    # a Decision, or Access("blocked" | "bypass")
 
-Steps that may have to wait (an identity source with I/O, a cost callable, a remote backend)
-answer with an awaitable, and only then does the path continue in a coroutine; the usual
-request (client IP, constant costs, the memory backend) is decided without one.
+It reads top to bottom: lists, identity, route, checks, one engine decision. Its steps are
+coroutines that wait only where something does (an identity source's lookup, a callable of
+yours, a remote backend); the memory backend's requests never suspend.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from .._decision import Charge, Decision, Policy, ResponseHeaders, Settle
 from .._engine import Engine
 from .._errors import ConfigurationError
 from .._identity import Identity
-from .._named import new_named
 from .._overrides import Override, Overrides
 from .._rates import LimitsLike
 from ..backends._protocol import Backend, Check
@@ -53,7 +51,6 @@ _BLOCKED = Access("blocked")
 _BYPASS = Access("bypass")
 
 Checked = Decision | Access
-_Remembered = tuple[Identity | None, Route | None, list[Check], Sequence[Policy]]
 
 
 class RequestPolicy:
@@ -63,10 +60,6 @@ class RequestPolicy:
     validation: Validation
     #: the in-flight slots, once a rule has an in-flight limit
     slots: Slots | None = None
-    #: the last checks of `check`: ``(identity, route, checks, policies)``
-    _last: _Remembered = (None, None, [], ())
-    #: whether `check` remembers them: not while live overrides exist (they may change)
-    _remembers = True
 
     def __init__(
         self,
@@ -88,7 +81,6 @@ class RequestPolicy:
         self.countries = CountryResolver(country, self.identities)
         #: live limits per identity (`Overrides`); `checks` consults them only while any exist
         self.overrides = overrides if overrides is not None else Overrides(engine.backend)
-        self.overrides.on_change = self._overrides_changed
         self.replace_rules(rules, default_limits, default_tier, allow, deny)
         self.validation = Validation(self.rules.all_rules, self.identities.ip, validate)
 
@@ -148,47 +140,27 @@ class RequestPolicy:
             raise needs_country("limit(key='country')")
         self._check_backend((limit.rule,), "limit()")
 
-    def check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
+    async def check(self, scope: Scope, consume: bool = True) -> Checked:
         """Deny list, allow list, identity, rules, then one atomic decision for every rule.
 
         ``consume=False`` counts nothing: the same answer (``/rate_limit`` pages).
         """
+        if self._lists:  # an address the lists decide needs no identity
+            address = self.identities.client_address(scope)
+            if self.deny.has_address(address):
+                return _BLOCKED
+            if self.allow.has_address(address) and not self.deny.keys:
+                return _BYPASS
+        identity = await self.identities.identify(scope)
         if self._lists:
-            return self._check_listed(scope, consume)
-        identity = self.identities.identify(scope)
-        if not isinstance(identity, Identity):
-            return self._check_later(scope, identity, consume)
-        # `_check_identified` without lists, inlined: every request.
+            access = self.access(scope, identity)
+            if access is not None:
+                return access
         route = self.rules.route(scope)
-        if route.static:
-            # A client's next request on the same route has the same checks: the last ones
-            # are remembered (a client hammering an endpoint, what a limiter is there for).
-            last = self._last
-            if last[0] is identity and last[1] is route and self._remembers:
-                return self.engine.decide(last[2], last[3], identity, consume)
-            checks, policies = self.checks(scope, identity, route)
-            if route.by_identity and self._remembers:
-                self._last = (identity, route, checks, policies)  # whole: threads see one
-            return self.engine.decide(checks, policies, identity, consume)
-        return self._check_dynamic(scope, identity, route, consume)
-
-    def _check_listed(self, scope: Scope, consume: bool) -> Checked | Awaitable[Checked]:
-        """`check` with allow or deny lists: an address they decide is not identified."""
-        address = self.identities.client_address(scope)
-        if self.deny.has_address(address):
-            return _BLOCKED
-        if self.allow.has_address(address) and not self.deny.keys:
-            return _BYPASS  # no identity needed: skip it
-        identity = self.identities.identify(scope)
-        if not isinstance(identity, Identity):
-            return self._check_later(scope, identity, consume)
-        return self._check_identified(scope, identity, consume)
-
-    async def _check_later(
-        self, scope: Scope, pending: Awaitable[Identity], consume: bool
-    ) -> Checked:
-        result = self._check_identified(scope, await pending, consume)
-        return await result if inspect.isawaitable(result) else result
+        if not route.static:  # costs or keys of your own, counting by outcome or in flight
+            return await self._decided_dynamic(scope, identity, route, consume)
+        checks, policies = self.checks(scope, identity, route)
+        return await self.engine.decide(checks, policies, identity, consume)
 
     def access(self, scope: Scope, identity: Identity) -> Access | None:
         """What the lists make of an identified request: None when its limits apply."""
@@ -201,46 +173,18 @@ class RequestPolicy:
             return Access("bypass", identity)
         return None
 
-    def _check_identified(
-        self, scope: Scope, identity: Identity, consume: bool
-    ) -> Checked | Awaitable[Checked]:
-        if self._lists:
-            access = self.access(scope, identity)
-            if access is not None:
-                return access
-        route = self.rules.route(scope)
-        if route.static:  # numbers for costs, built-in keys: the usual request
-            checks, policies = self.checks(scope, identity, route)
-            return self.engine.decide(checks, policies, identity, consume)
-        return self._check_dynamic(scope, identity, route, consume)
-
-    def _check_dynamic(
+    async def _decided_dynamic(
         self, scope: Scope, identity: Identity, route: Route, consume: bool
-    ) -> Awaitable[Decision]:
-        """A route whose costs or keys are callables, or that counts by outcome or in flight."""
-        costs = self._costs(scope, route.rules)
-        keys = self._keys(scope, identity, route.rules)
-        return self._decide_later(scope, identity, route, costs, keys, consume)
-
-    async def _decide_later(
-        self,
-        scope: Scope,
-        identity: Identity,
-        route: Route,
-        costs: list[float | Awaitable[float]],
-        keys: list[str | Awaitable[str | None] | None],
-        consume: bool,
     ) -> Decision:
-        checked = []
-        for rule, cost in zip(route.rules, costs, strict=True):
-            if inspect.isawaitable(cost):
-                try:
-                    cost = await cost
-                except Exception as exc:
-                    cost = self._cost_failed(rule, exc)
-            checked.append(self._valid_cost(rule, cost))
-        own = [await key if inspect.isawaitable(key) else key for key in keys]
-        return await self.decide_route(scope, identity, route, checked, own, consume)
+        """A route whose costs or keys are callables, or that counts by outcome or in flight."""
+        costs = [await self._cost(scope, rule) for rule in route.rules]
+        keys = [
+            await own_key(rule.key, scope, identity.key, rule, self.identities.log)
+            if callable(rule.key)
+            else ""
+            for rule in route.rules
+        ]
+        return await self.decide_route(scope, identity, route, costs, keys, consume)
 
     async def decide_route(
         self,
@@ -279,9 +223,7 @@ class RequestPolicy:
         identity: Identity,
         consume: bool,
     ) -> Decision:
-        decision = self.engine.decide(checks, policies, identity, consume)
-        if inspect.isawaitable(decision):
-            decision = await decision
+        decision = await self.engine.decide(checks, policies, identity, consume)
         if decision.charge is not None and any(p.count_when or p.settle for p in policies):
             decision.settle = self._settler(checks, policies, decision.charge)
         return decision
@@ -374,6 +316,10 @@ class RequestPolicy:
         if plan is None:
             plans = route.plans
             plan = plans.get(identity.tier) or plans[None]
+        if self.overrides.active:  # while no identity has one (most of the time), no lookup
+            found = self.overrides.lookup(identity.key)
+            if found is not None:
+                plan = _overridden(plan, route, found)
         checks: list[Check] = []
         ip_key = ""
         country: str | None = None
@@ -395,38 +341,12 @@ class RequestPolicy:
                 subject = keys[index] if keys is not None else None
             if costs is not None:  # (a static cost is None only for a cost callable's rule)
                 cost = costs[index]
-            checks.append(new_named(Check, (subject, limit, cost, budget, block)))
+            # (a None subject, of a key that answered None, is left out below; a None cost is a
+            # cost callable's, whose answer ``costs`` holds)
+            checks.append(Check(subject, limit, cost, budget, block))  # type: ignore[arg-type]
         if keys is not None and None in keys:
             return _applying(checks, plan.policies)
         return checks, plan.policies
-
-    def _overrides_changed(self, present: bool) -> None:
-        # While no identity has an override (most of the time), requests skip the lookup.
-        self._remembers = not present
-        self._last = RequestPolicy._last
-        if present:
-            self.checks = self._checks_overridden  # type: ignore[method-assign]
-        else:
-            vars(self).pop("checks", None)
-
-    def _checks_overridden(
-        self,
-        scope: Scope,
-        identity: Identity,
-        route: Route,
-        costs: Sequence[float] | None = None,
-        plan: Plan | None = None,
-        keys: Sequence[str | None] | None = None,
-    ) -> tuple[list[Check], Sequence[Policy]]:
-        """`checks`, with the limits of the identity's live overrides."""
-        found = self.overrides.lookup(identity.key)
-        if found is None:
-            return RequestPolicy.checks(self, scope, identity, route, costs, plan, keys)
-        if plan is None:
-            plan = route.plans.get(identity.tier) or route.plans[None]
-        return RequestPolicy.checks(
-            self, scope, identity, route, costs, _overridden(plan, route, found), keys
-        )
 
     def usage_checks(
         self, scope: Scope, identity: Identity
@@ -436,29 +356,18 @@ class RequestPolicy:
         route = self.rules.usage_route()
         return self.checks(scope, identity, route, [1.0] * len(route.rules))
 
-    def _costs(self, scope: Scope, rules: tuple[Rule, ...]) -> list[float | Awaitable[float]]:
-        """The cost of each rule: its number, or what its callable answers."""
-        costs: list[float | Awaitable[float]] = []
-        for rule in rules:
-            if rule.static_cost is not None:
-                costs.append(rule.static_cost)
-                continue
-            try:
-                costs.append(rule.cost(scope))  # type: ignore[operator]
-            except Exception as exc:
-                costs.append(self._cost_failed(rule, exc))
-        return costs
-
-    def _keys(
-        self, scope: Scope, identity: Identity, rules: tuple[Rule, ...]
-    ) -> list[str | Awaitable[str | None] | None]:
-        """Per rule, the stored key its key of your own answers ("" for a built-in kind)."""
-        return [
-            own_key(rule.key, scope, identity.key, rule, self.identities.log)
-            if callable(rule.key)
-            else ""
-            for rule in rules
-        ]
+    async def _cost(self, scope: Scope, rule: Rule) -> float:
+        """The cost of a rule: its number, or what its callable answers (awaited when it
+        answers with an awaitable)."""
+        if rule.static_cost is not None:
+            return rule.static_cost
+        try:
+            cost = rule.cost(scope)  # type: ignore[operator]
+            if inspect.isawaitable(cost):
+                cost = await cost
+        except Exception as exc:
+            return self._cost_failed(rule, exc)
+        return self._valid_cost(rule, cost)
 
     def _valid_cost(self, rule: Rule, cost: object) -> float:
         try:

@@ -18,12 +18,11 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, NamedTuple
 
 from .._decision import Decision
-from .._headers import SF_INTEGER_MAX, HeaderRenderer, RawHeader, RawHeaders, whole_seconds
+from .._headers import HeaderRenderer, RawHeader, RawHeaders, whole_seconds
 
 __all__ = [
     "PROBLEM_JSON",
@@ -69,16 +68,13 @@ class Responses:
         # One policy (the usual refusal), and a client over its limit keeps asking: the whole
         # answer is a function of the policy and four whole numbers, kept per them.
         policy = policies[0]
-        reset, upcoming, retry = policy.reset_after, policy.next_after, decision.retry_after
         key = (
             policy.name,
             policy.limit.id,
-            # `whole_seconds` (and for `retry`, what `Decision.retry_after_header` depends
-            # on), inlined for the usual values: every refusal.
-            math.ceil(retry) if 0 < retry < SF_INTEGER_MAX else retry,
+            decision.retry_after_header,
             policy.remaining,
-            math.ceil(reset) if 0 < reset < SF_INTEGER_MAX else whole_seconds(reset),
-            math.ceil(upcoming) if 0 < upcoming < SF_INTEGER_MAX else whole_seconds(upcoming),
+            whole_seconds(policy.reset_after),
+            whole_seconds(policy.next_after),
         )
         kept = self._kept.get(key)
         if kept is None:

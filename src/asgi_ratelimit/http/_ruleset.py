@@ -186,7 +186,7 @@ class RuleSet:
             found, path = None, None
         if found is not None:
             return found
-        if method.__class__ is not str or not method.isupper():
+        if not isinstance(method, str) or not method.isupper():
             method = str(method).upper()
         # A websocket handshake is a GET; HEAD shares GET's budget (Rule.matches).
         paths = route_paths(scope)

@@ -136,12 +136,10 @@ class EndpointLimit:
         planned = limit.route(self.limiter.policy.rules, *route)
         cost = limit.cost if not callable(limit.cost) else await self._cost(request, limit.cost)
         key = (
-            own_key(limit.key, request, identity.key, self, self._log)
+            await own_key(limit.key, request, identity.key, self, self._log)
             if callable(limit.key)
             else ""  # a built-in kind: the request policy reads it from the scope
         )
-        if inspect.isawaitable(key):
-            key = await key
         return await self.limiter.policy.decide_route(
             request.scope, identity, planned, [cost], [key], consume
         )
@@ -196,9 +194,7 @@ class EndpointLimit:
         checks, policies = (
             ([], ()) if route is None else policy.checks(scope, identity, route, [0.0])
         )
-        decision = self.limiter.engine.decide(checks, policies, identity, consume=False)
-        if not isinstance(decision, Decision):
-            decision = await decision
+        decision = await self.limiter.engine.decide(checks, policies, identity, consume=False)
         return decision.policies
 
     async def refusal(self, request: Request, checked: Decision | Access) -> Response | None:

@@ -28,7 +28,6 @@ from starlette.routing import compile_path
 from .._decision import Decision, PolicyStatus
 from .._log_once import LogOnce
 from ..http._on_limited import Receive
-from ..http._policy import Access
 
 if TYPE_CHECKING:
     from .._limiter import RateLimiter
@@ -119,9 +118,7 @@ class RouteDoors:
                 else:
                     items += await each.peeked(request, refused.identity, route)
             if middleware:
-                checked = self._limiter.policy.check(request.scope, consume=False)
-                if not isinstance(checked, (Decision, Access)):
-                    checked = await checked
+                checked = await self._limiter.policy.check(request.scope, consume=False)
                 if isinstance(checked, Decision):
                     items += checked.policies
         except Exception as exc:  # the refusal stands; only its list is shorter

@@ -24,7 +24,7 @@ import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from .._decision import Decision, PolicyStatus
+from .._decision import PolicyStatus
 from .._errors import ConfigurationError
 from .._identity import Identity
 from .._log_once import logger
@@ -78,9 +78,7 @@ class UsageEndpoint:
                 more, named = policy.checks(scope, identity, route, [0.0])
                 checks += more
                 policies += named
-        decision = limiter.engine.decide(checks, policies, identity, consume=False)
-        if not isinstance(decision, Decision):
-            decision = await decision
+        decision = await limiter.engine.decide(checks, policies, identity, consume=False)
         return {status.name: _resource(status) for status in decision.policies}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -184,7 +184,6 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
     layout = _reply_layout(len(checks), whole)
     numbers = layout.unpack_from(reply, _HEAD.size)
     outcomes: list[Outcome] = []
-    build = tuple.__new__  # Outcome(...) without its keyword handling: once per check
     at = 0
     if whole:
         for check in checks:
@@ -192,19 +191,16 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
             # next_us: the state lives in Redis. Whole numbers are ints, as the Python
             # algorithms give them.
             outcomes.append(
-                build(
-                    Outcome,
-                    (
-                        numbers[at] == 1,
-                        check.limit.burst,
-                        numbers[at + 1],
-                        numbers[at + 2],
-                        numbers[at + 3],
-                        numbers[at + 4],
-                        None,
-                        numbers[at + 5],
-                        numbers[at + 6],
-                    ),
+                Outcome(
+                    numbers[at] == 1,
+                    check.limit.burst,
+                    numbers[at + 1],
+                    numbers[at + 2],
+                    numbers[at + 3],
+                    numbers[at + 4],
+                    None,
+                    numbers[at + 5],
+                    numbers[at + 6],
                 )
             )
             at += 7
@@ -212,18 +208,19 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
         for check in checks:
             allowed, remaining, reset, retry, delay, ttl, more = numbers[at : at + 7]
             at += 7
-            values = (
-                allowed == 1,
-                check.limit.burst,
-                int(remaining) if remaining.is_integer() else remaining,
-                int(reset),
-                int(retry) if retry.is_integer() else retry,
-                int(delay),
-                None,
-                int(ttl),
-                int(more),
+            outcomes.append(
+                Outcome(
+                    allowed == 1,
+                    check.limit.burst,
+                    int(remaining) if remaining.is_integer() else remaining,
+                    int(reset),
+                    int(retry) if retry.is_integer() else retry,
+                    int(delay),
+                    None,
+                    int(ttl),
+                    int(more),
+                )
             )
-            outcomes.append(build(Outcome, values))
     return int(now), outcomes, _states(reply, _HEAD.size + layout.size, checks, int(now))
 
 
@@ -236,8 +233,20 @@ def _decode_text(reply: bytes, checks: Sequence[Check]) -> tuple[list[Outcome], 
     outcomes = []
     for check, item in zip(checks, body.split(";"), strict=True):
         allowed, remaining, reset, retry, delay, ttl, more = map(_number, item.split(" "))
-        values = (allowed == 1, check.limit.burst, remaining, reset, retry, delay, None, ttl, more)
-        outcomes.append(tuple.__new__(Outcome, values))
+        # (the times are whole microseconds: _number gives them as ints)
+        outcomes.append(
+            Outcome(
+                allowed == 1,
+                check.limit.burst,
+                remaining,
+                int(reset),
+                retry,
+                int(delay),
+                None,
+                int(ttl),
+                int(more),
+            )
+        )
     return outcomes, start + int(size)
 
 
