@@ -124,7 +124,10 @@ class MemoryBackend:
             else:
                 table_id = limit.id
             algorithm = limit.algorithm
-            state = self._state(table_id, algorithm, limit, key, now, consume)
+            table = self._young.get(table_id)
+            state = None if table is None else table.get(key, now)
+            if state is None:  # (a key is in one generation at most: see _state)
+                state = self._old_state(table_id, algorithm, limit, key, now, consume)
             outcome = DECIDERS[algorithm](state, now, limit, cost)
             if cost and outcome.allowed:
                 if not consume:  # it would pass; what is left now is what a cost of 0 leaves

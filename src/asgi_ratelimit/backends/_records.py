@@ -2,7 +2,7 @@
 
     record = FixedWindowRecord(limit)
     value = record.encode((window, 3))        # window * (amount + 1) + 3, or None
-    record.decode(value, now)                 # (window, 3)
+    record.read(value, now)                   # (window, 3); None once it expired
     record.expires_at(value)                  # (window + 1) * period_us
 
 A table holds the states of one limit, so a record needs only the numbers that change: the
@@ -32,8 +32,9 @@ class Record(Protocol):
     def encode(self, state: State) -> int | None:
         """The state as one int in the signed 64-bit range, or None when it does not fit."""
 
-    def decode(self, value: int, now: int) -> State:
-        """The state ``encode`` made ``value`` of, as it answers at ``now``."""
+    def read(self, value: int, now: int) -> State | None:
+        """The state ``encode`` made ``value`` of, as it answers at ``now``; None once it
+        expired (it then answers as no state)."""
 
     def expires_at(self, value: int) -> int:
         """The first instant at which the state answers as no state would."""
@@ -55,8 +56,9 @@ class FixedWindowRecord:
                 return value
         return None
 
-    def decode(self, value: int, now: int) -> State:
-        return divmod(value, self.base)
+    def read(self, value: int, now: int) -> State | None:
+        window, count = divmod(value, self.base)
+        return None if (window + 1) * self.period <= now else (window, count)
 
     def expires_at(self, value: int) -> int:
         # A count matters until its window ends.
@@ -86,9 +88,11 @@ class SlidingWindowCounterRecord:
                 return value
         return None
 
-    def decode(self, value: int, now: int) -> State:
+    def read(self, value: int, now: int) -> State | None:
         rest, previous = divmod(value, self.base)
         window, current = divmod(rest, self.base)
+        if (window + 2 if current else window + 1) * self.period <= now:
+            return None
         return (window, current, previous)
 
     def expires_at(self, value: int) -> int:
@@ -110,8 +114,8 @@ class ArrivalRecord:
             return value
         return None
 
-    def decode(self, value: int, now: int) -> State:
-        return (value,)
+    def read(self, value: int, now: int) -> State | None:
+        return None if value <= now * self.amount else (value,)
 
     def expires_at(self, value: int) -> int:
         return -(-value // self.amount)
@@ -121,7 +125,7 @@ class TokenBucketRecord:
     """``(level, last)`` as the instant the bucket is full again, scaled by the amount:
     ``last * amount + (full - level)``, one number like GCRA's.
 
-    It decodes to the level it has at ``now`` and ``now`` itself, which the algorithm reads
+    It reads as the level it has at ``now`` and ``now`` itself, which the algorithm reads
     exactly as the stored pair (it refills the pair to ``now`` first; the backend's time never
     steps back below ``last``): the same decisions, the same new state.
     """
@@ -138,8 +142,9 @@ class TokenBucketRecord:
                 return value
         return None
 
-    def decode(self, value: int, now: int) -> State:
-        return (self.full - max(0, value - now * self.amount), now)
+    def read(self, value: int, now: int) -> State | None:
+        backlog = value - now * self.amount  # what the bucket lacks, scaled
+        return None if backlog <= 0 else (self.full - backlog, now)
 
     def expires_at(self, value: int) -> int:
         return -(-value // self.amount)
