@@ -26,6 +26,7 @@ state of a kind without a record) is kept as before, in a dict by key, beside th
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator
 from math import isqrt
 
 from ..algorithms import State
@@ -42,6 +43,8 @@ _SMALL = 32_768
 # probe for a missing key ends there) or _REMOVED (probes go on past it).
 _NEVER_USED = 0
 _REMOVED = 1
+#: later than any expiry: the earliest expiry of a table that holds nothing
+_LATEST = 1 << 63
 
 
 class PackedTable:
@@ -50,6 +53,7 @@ class PackedTable:
     __slots__ = (
         "_arity",
         "_capacity",
+        "_earliest",
         "_grow_at",
         "_record",
         "_removed",
@@ -63,6 +67,11 @@ class PackedTable:
         self._arity = arity
         # Keys whose state is not a record, with their entry (see _memory_entries).
         self._spilled: dict[str, Entry] = {}
+        # No key expires before this (an expiry given to put, or found by a sweep): a sweep
+        # before it has nothing to drop. A refund gives back what a state took and so may
+        # bring its expiry forward: such a state answers as no state at once and goes at
+        # the next sweep that runs.
+        self._earliest = _LATEST
         self._slots = array("q")
         self._capacity = self._grow_at = self._size = self._removed = 0
         self._allocate(capacity)
@@ -102,6 +111,8 @@ class PackedTable:
 
     def put(self, key: str, state: State, expires_at: int) -> bool:
         """Hold ``state`` for ``key`` until ``expires_at``; True when the key is new here."""
+        if expires_at < self._earliest:
+            self._earliest = expires_at
         value = None if self._record is None else self._record.encode(state)
         if value is None:
             new = key not in self._spilled and not self._remove(hash(key) or 1)
@@ -118,21 +129,26 @@ class PackedTable:
 
     def merge(self, other: PackedTable) -> None:
         """Take in every key of ``other`` (a table of the same limit holding other keys)."""
-        slots = other._slots
-        for at in range(0, 2 * other._capacity, 2):
-            if slots[at]:
-                self._put(slots[at], slots[at + 1])
+        for hashed, value in _records_of(other._slots):
+            if hashed:
+                self._put(hashed, value)
         self._spilled.update(other._spilled)
+        self._earliest = min(self._earliest, other._earliest)
 
     def sweep(self, now: int) -> int:
         """Drop the keys whose state expired by ``now``; return how many are left."""
+        if now < self._earliest:
+            return len(self)
+        earliest = _LATEST
         spilled = self._spilled
         if spilled:
-            expired = [
-                key
-                for key, entry in spilled.items()
-                if (entry & _MASK if type(entry) is int else entry[0]) <= now
-            ]
+            expired = []
+            for key, entry in spilled.items():
+                expires_at = entry & _MASK if type(entry) is int else entry[0]
+                if expires_at <= now:
+                    expired.append(key)
+                elif expires_at < earliest:
+                    earliest = expires_at
             if len(expired) * 2 > len(spilled):
                 # Mostly expired: rebuilt, since a dict never shrinks when entries are deleted.
                 gone = set(expired)
@@ -141,16 +157,19 @@ class PackedTable:
                 for key in expired:
                     del spilled[key]
         if self._size:
-            expires_at = self._record.expires_at  # type: ignore[union-attr]
-            slots = self._slots
-            live = sum(
-                1
-                for at in range(0, 2 * self._capacity, 2)
-                if slots[at] and expires_at(slots[at + 1]) > now
-            )
+            expiry = self._record.expires_at  # type: ignore[union-attr]
+            live = 0
+            for hashed, value in _records_of(self._slots):
+                if hashed:
+                    expires_at = expiry(value)
+                    if expires_at > now:
+                        live += 1
+                        if expires_at < earliest:
+                            earliest = expires_at
             if live < self._size:
                 # Rebuilt at the size the live keys need: a sweep gives the memory back.
                 self._rehash(_capacity_for(live), now)
+        self._earliest = earliest
         return len(self)
 
     def _find(self, hashed: int) -> int:
@@ -216,29 +235,35 @@ class PackedTable:
     def _rehash(self, capacity: int, now: int | None) -> None:
         """Move the records into ``capacity`` slots, leaving out those expired by ``now``
         and the markers of removed ones."""
-        old, old_capacity = self._slots, self._capacity
+        old = self._slots
         record = self._record
         self._allocate(capacity)
         slots = self._slots
         size = 0
-        for at in range(0, 2 * old_capacity, 2):
-            hashed = old[at]
+        for hashed, value in _records_of(old):
             if not hashed:
                 continue
-            value = old[at + 1]
             if now is not None and record.expires_at(value) <= now:  # type: ignore[union-attr]
                 continue
-            # The probe of _put, where every hash is new and no slot was ever used.
+            # The probe of _put, where every hash is new and no slot was ever used: the
+            # first slot is usually free (at most 68% are taken), and then needs no step.
             index = hashed % capacity
-            step = hashed % (capacity - 1) + 1
-            while slots[2 * index]:
-                index += step
-                if index >= capacity:
-                    index -= capacity
+            if slots[2 * index]:
+                step = hashed % (capacity - 1) + 1
+                while slots[2 * index]:
+                    index += step
+                    if index >= capacity:
+                        index -= capacity
             slots[2 * index] = hashed
             slots[2 * index + 1] = value
             size += 1
         self._size = size
+
+
+def _records_of(slots: array[int]) -> Iterator[tuple[int, int]]:
+    """Every slot's (hash, value), free ones too (hash 0), without copying the array."""
+    numbers = iter(slots)
+    return zip(numbers, numbers, strict=True)
 
 
 def _capacity_for(size: int) -> int:
