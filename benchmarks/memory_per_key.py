@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 from asgi_ratelimit import Limit, MemoryBackend
 from asgi_ratelimit.algorithms import DECIDERS
@@ -72,7 +73,7 @@ def rss_per_key(algorithm: str, n: int) -> float:
     """Bytes the resident set of a fresh process grows by per key, over ``n`` keys."""
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.memory_per_key", "--rss-child", algorithm, str(n)],
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1],
     ).stdout  # fmt: skip
     return float(out)
 
