@@ -263,11 +263,13 @@ class MemoryBackend:
     ) -> State | None:
         """The live state of a key not in the young generation; ``touch`` makes it young."""
         table = self._old.get(table_id)
-        state = None if table is None else table.get(key, now)
+        if table is None:
+            return None
+        state = table.get(key, now)
         if state is not None and touch:
             # A key that is being denied is busy, not idle: keep it out of the generation that
             # is dropped next, so a flood of new keys cannot reset its quota.
-            self._store(table_id, kind, limit, key, state, table.expires_at(key), now)  # type: ignore[union-attr]
+            self._store(table_id, kind, limit, key, state, table.expires_at(key), now)
         return state
 
     def _store(
@@ -315,11 +317,15 @@ class MemoryBackend:
         elif young_full and self._young_size > margin:
             # Room enough: nothing is dropped, the young keys just join the old generation.
             for table_id, table in self._young.items():
+                # They hold other keys (a key is in one generation): the smaller one moves
+                # into the larger, record by record.
                 old = self._old.get(table_id)
-                if old is None:
+                if old is None or len(old) < len(table):
+                    if old is not None:
+                        table.merge(old)
                     self._old[table_id] = table
                 else:
-                    old.merge(table)  # they hold other keys: a key is in one generation
+                    old.merge(table)
             self._old_size += self._young_size
             self._young, self._young_size = {}, 0
         self._sweep_at = min(self._max_keys, max(2 * len(self), _FIRST_SWEEP))
