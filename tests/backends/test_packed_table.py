@@ -168,3 +168,39 @@ def test_an_active_key_costs_at_most_24_bytes(algorithm: str) -> None:
     # The whole growth of the traced memory, whatever holds it: one record and its share of
     # the free slots. A dict entry and its key string alone would be over 90 bytes.
     assert _bytes_per_key(algorithm, 10_000) <= 24
+
+
+class _Hashed(str):
+    """A key whose hash the test chooses (a str subclass: `hash()` asks it)."""
+
+    hashed: int
+
+    def __new__(cls, text: str, hashed: int) -> _Hashed:
+        key = super().__new__(cls, text)
+        key.hashed = hashed
+        return key
+
+    def __hash__(self) -> int:
+        return self.hashed
+
+
+def test_keys_are_told_apart_by_their_64_bit_hash_only() -> None:
+    # The documented trade: the key string is not kept, so two keys of one hash share a
+    # state (about n^2 / 2^65 likely among n keys); keys of any other hashes never do, the
+    # empty key (hash 0, the free-slot mark) included.
+    limit = Limit("5/minute")
+    window = NOW // limit.period_us
+    table = PackedTable(FixedWindowRecord(limit), arity=2)
+    expires_at = (window + 1) * limit.period_us
+    assert hash("") == 0
+    assert table.put("", (window, 1), expires_at)
+    assert table.put(_Hashed("a", 2**63 - 1), (window, 2), expires_at)
+    assert table.put(_Hashed("b", -(2**63)), (window, 3), expires_at)
+    assert table.get("", NOW) == (window, 1)
+    assert table.get(_Hashed("b", -(2**63)), NOW) == (window, 3)
+    # "one" hashes as "" is stored (0 becomes 1): the same record.
+    assert not table.put(_Hashed("one", 1), (window, 4), expires_at)
+    assert table.get("", NOW) == (window, 4)
+    assert len(table) == 3
+    assert table.pop("") and table.get(_Hashed("one", 1), NOW) is None
+    assert table.get(_Hashed("a", 2**63 - 1), NOW) == (window, 2)
