@@ -23,7 +23,8 @@ Tables = dict[str, PackedTable]
 
 #: the kind of the tables that keep blocks (`Block`), in `_ARITY` beside the algorithms
 _BLOCKS = "block"
-# How many numbers each algorithm's state holds when it packs into one int (0: never packs).
+# How many numbers each kind of state holds, to read one kept beside the records as one int
+# (see _memory_entries; 0: never packed, the log).
 _ARITY = {
     "fixed_window": 2,
     "sliding_window_counter": 3,
