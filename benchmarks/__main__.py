@@ -134,14 +134,18 @@ def main(argv: list[str] | None = None) -> int:
                 app_bytes_per_client,
                 our_memory_per_key,
                 our_redis_per_key,
+                our_rss_per_key,
                 redis_per_client,
             )
 
             print("memory per key", flush=True)
             n = 2000 if quick else 10_000
+            rss_n = 200_000 if quick else 1_000_000  # the target is at 1M keys
             results["memory"] = {
                 "n": n,
                 "ours_memory": our_memory_per_key(n),
+                "rss_n": rss_n,
+                "ours_rss": our_rss_per_key(rss_n),
                 "apps_memory": asyncio.run(app_bytes_per_client(n)),
                 "ours_redis": asyncio.run(our_redis_per_key(server.url, min(n, 2000))),
                 "apps_redis": asyncio.run(redis_per_client(server.url, min(n, 2000))),

@@ -9,7 +9,13 @@ from typing import Any
 from .contenders import CONTENDERS, Unavailable
 from .driver import client_ips, run_batch
 
-__all__ = ["app_bytes_per_client", "our_memory_per_key", "our_redis_per_key", "redis_per_client"]
+__all__ = [
+    "app_bytes_per_client",
+    "our_memory_per_key",
+    "our_redis_per_key",
+    "our_rss_per_key",
+    "redis_per_client",
+]
 
 # Low enough that a key stays active (a bucket that refills one token in milliseconds would
 # be idle, and swept, before the measurement ends), high enough that one request passes.
@@ -47,6 +53,14 @@ def our_memory_per_key(n: int) -> dict[str, float]:
             raise RuntimeError(f"{algorithm}: {len(backend)} keys kept, expected {n + 1}")
         result[algorithm] = (after - before) / n
     return result
+
+
+def our_rss_per_key(n: int) -> dict[str, float]:
+    """What the whole process grows by per active key of our MemoryBackend at ``n`` keys
+    (resident set, a fresh process per algorithm): the issue's measure, at 1,000,000."""
+    from .memory_per_key import rss_per_key
+
+    return {algorithm: rss_per_key(algorithm, n) for algorithm in _algorithms()}
 
 
 async def app_bytes_per_client(n: int) -> dict[str, float | str]:

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.memory_per_key            # 100,000 keys per algorithm
     .venv/bin/python -m benchmarks.memory_per_key --keys 20000 --no-speed
+    .venv/bin/python -m benchmarks.memory_per_key --rss --keys 1000000   # the process's RSS
 
 Memory is what ``tracemalloc`` sees retained after one request for each of ``--keys``
 distinct keys (``user:00000000`` ...) on a ``100/hour`` limit, at a fixed instant. Each key
@@ -10,21 +11,29 @@ a request's identity: whatever the backend keeps of it (the string itself, a cop
 concatenation) is counted. Time is the median over ``--repeat`` runs of
 ``decide([Check(key, limit)])`` cycling over ``--keys`` keys that already have live state
 (the steady state of a busy server), in microseconds per call.
+
+``--rss`` measures instead what the whole process grows by (its resident set, read from
+/proc) per key, each algorithm in a fresh process: everything the memory backend costs,
+freed-but-kept memory and the spare room of its tables included, as a server sees it.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
+import subprocess
+import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 from asgi_ratelimit import Limit, MemoryBackend
 from asgi_ratelimit.algorithms import DECIDERS
 from asgi_ratelimit.backends._protocol import Check
 
-__all__ = ["bytes_per_key", "main", "us_per_hit"]
+__all__ = ["bytes_per_key", "main", "rss_per_key", "us_per_hit"]
 
 # A limit that one request per key never exhausts, and that no key outlives while measured.
 _TEXT = "100/hour"
@@ -60,6 +69,34 @@ def bytes_per_key(algorithms: str | list[str], n: int, requests_per_key: int = 1
     return (after - before) / n
 
 
+def rss_per_key(algorithm: str, n: int) -> float:
+    """Bytes the resident set of a fresh process grows by per key, over ``n`` keys."""
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.memory_per_key", "--rss-child", algorithm, str(n)],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1],
+    ).stdout  # fmt: skip
+    return float(out)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss_child(algorithm: str, n: int) -> None:
+    limit = Limit(_TEXT, algorithm=algorithm)  # type: ignore[arg-type]
+    backend = MemoryBackend(clock=lambda: _NOW, max_keys=n * 2)
+    backend.decide([Check("warm-up", limit)])
+    gc.collect()
+    before = _rss()
+    for i in range(n):
+        backend.decide([Check(_key(i), limit)])
+    gc.collect()
+    if len(backend) != n + 1:
+        raise RuntimeError(f"{algorithm}: {len(backend)} states kept, expected {n + 1}")
+    print((_rss() - before) / n)
+
+
 def us_per_hit(algorithm: str, n: int, repeat: int = 5) -> float:
     """Median microseconds of one ``decide`` of one check, over ``n`` keys with state."""
     # Never exhausted by the repeats, and no state expires between two of them.
@@ -83,7 +120,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-speed", action="store_true", help="measure memory only")
+    parser.add_argument("--rss", action="store_true", help="the process's growth per key")
+    parser.add_argument("--rss-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rss_child:
+        _rss_child(args.rss_child[0], int(args.rss_child[1]))
+        return
+    if args.rss:
+        print(f"{'algorithm':<24} {'RSS bytes/key':>14}  ({args.keys} keys)")
+        for algorithm in DECIDERS:
+            print(f"{algorithm:<24} {rss_per_key(algorithm, args.keys):>14.1f}")
+        return
     print(f"{'algorithm':<24} {'bytes/key':>10} {'us/hit':>8}")
     for algorithm in DECIDERS:
         size = bytes_per_key(algorithm, args.keys)

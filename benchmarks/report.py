@@ -29,6 +29,14 @@ FLOOR = "redis-py PING"
 #: the single-value Redis algorithms the issue's < 100 bytes target applies to
 SINGLE_VALUE = ("fixed_window", "gcra")
 MEMORY_TARGET_ALGORITHMS = ("fixed_window", "token_bucket", "gcra")
+#: the algorithms whose state is a packed record: at most 24 bytes per key at 1M keys
+PACKED_ALGORITHMS = (
+    "fixed_window",
+    "sliding_window_counter",
+    "token_bucket",
+    "gcra",
+    "leaky_bucket",
+)
 
 
 def machine(command: str) -> dict[str, Any]:
@@ -135,6 +143,14 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"Memory backend, {algorithm}: <= 200 bytes per active key",
             "-" if value is None else f"{value:.0f} B",
             verdict(None if value is None else value <= 200),
+        ))  # fmt: skip
+    ours_rss = memory.get("ours_rss") or {}
+    for algorithm in PACKED_ALGORITHMS:
+        value = ours_rss.get(algorithm)
+        out.append((
+            f"Memory backend, {algorithm}: <= 24 B per active key at 1M keys (process RSS)",
+            "-" if value is None else f"{value:.1f} B at {memory['rss_n']:,} keys",
+            verdict(None if value is None or memory["rss_n"] < 1_000_000 else value <= 24),
         ))  # fmt: skip
     ours_redis = memory.get("ours_redis")
     for algorithm in SINGLE_VALUE:
@@ -417,6 +433,16 @@ def _memory_lines(memory: dict[str, Any]) -> list[str]:
         "|---|---:|",
     ]
     lines += [f"| {a} | {v:.0f} |" for a, v in memory["ours_memory"].items()]
+    if memory.get("ours_rss"):
+        lines += [
+            "",
+            f"The whole process's resident set, grown per key over {memory['rss_n']:,} distinct",
+            "keys (one request each, a fresh process per algorithm):",
+            "",
+            "| our MemoryBackend, algorithm | RSS bytes per active key |",
+            "|---|---:|",
+        ]
+        lines += [f"| {a} | {v:.1f} |" for a, v in memory["ours_rss"].items()]
     lines += [
         "",
         "Through each app (everything the process keeps per new client, limiter included):",

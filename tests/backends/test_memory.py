@@ -17,7 +17,8 @@ from asgi_ratelimit._clock import monotonic_epoch_clock
 from asgi_ratelimit._rates import ALGORITHM_NAMES
 from asgi_ratelimit.algorithms import DECIDERS
 from asgi_ratelimit.backends import Backend, Check
-from asgi_ratelimit.backends._memory import _ARITY, _BLOCKS, _pack, _unpack
+from asgi_ratelimit.backends._memory import _ARITY, _BLOCKS
+from asgi_ratelimit.backends._memory_entries import _pack, _unpack
 from tests.conftest import FakeClock
 
 ALGORITHMS = pytest.mark.parametrize("algorithm", ALGORITHM_NAMES)

@@ -12,14 +12,19 @@ from .._rates import Limit
 from ..algorithms import DECIDERS, NEVER, Outcome, State
 from ..algorithms.refund import REFUNDS
 from ._leases import MemoryLeases
-from ._memory_entries import _MASK, Entry, Tables, _pack, _sweep, _unpack
+from ._packed_table import PackedTable
 from ._protocol import Check
+from ._records import RECORDS
 
 __all__ = ["MemoryBackend"]
 
+# Tables map a table id (a limit in a budget, see _table_id) to its keys' states.
+Tables = dict[str, PackedTable]
+
 #: the kind of the tables that keep blocks (`Block`), in `_ARITY` beside the algorithms
 _BLOCKS = "block"
-# How many numbers each algorithm's state holds when it packs into one int (0: never packs).
+# How many numbers each kind of state holds, to read one kept beside the records as one int
+# (see _memory_entries; 0: never packed, the log).
 _ARITY = {
     "fixed_window": 2,
     "sliding_window_counter": 3,
@@ -44,9 +49,10 @@ class MemoryBackend:
 
     Every decision happens in one synchronous step (no ``await`` inside), so concurrent
     coroutines cannot interleave and a threading lock keeps threads exact too. Memory is
-    bounded by ``max_keys`` and kept small: a key's state is one Python int in a plain dict
-    per limit (under 200 bytes per key). Expired state is swept first; past ``max_keys``
-    the older of two generations is dropped (its keys start again with a full quota).
+    bounded by ``max_keys`` and kept small: a key's state is a 16-byte record in a packed
+    table per limit (about 20 bytes per key). Expired state is swept first; past
+    ``max_keys`` the older of two generations is dropped (its keys start again with a full
+    quota).
     """
 
     def __init__(self, *, clock: Clock | None = None, max_keys: int = 1_000_000) -> None:
@@ -54,7 +60,7 @@ class MemoryBackend:
             raise ConfigurationError(f"MemoryBackend(max_keys={max_keys!r}): must be an int >= 1")
         self._clock: Clock = clock or monotonic_epoch_clock
         self._max_keys = max_keys
-        # Two generations instead of an exact LRU: an OrderedDict costs ~50 more bytes per key.
+        # Two generations instead of an exact LRU, which would cost more than a record per key.
         # Writes (and reads that consume) land in the young one; a key found only in the old
         # one moves to the young one. The young one holds at most half of max_keys; when the
         # backend is crowded with live keys the old one is dropped and the young one becomes
@@ -120,26 +126,16 @@ class MemoryBackend:
                 table_id = limit.id
             algorithm = limit.algorithm
             table = self._young.get(table_id)
-            entry = None if table is None else table.get(key)
-            if entry is None:
-                state = self._old_state(table_id, algorithm, key, now, consume)
-            else:
-                state = _unpack(entry, now, _ARITY[algorithm])
+            state = None if table is None else table.get(key, now)
+            if state is None:  # (a key is in one generation at most: see _state)
+                state = self._old_state(table_id, algorithm, limit, key, now, consume)
             outcome = DECIDERS[algorithm](state, now, limit, cost)
             if cost and outcome.allowed:
                 if not consume:  # it would pass; what is left now is what a cost of 0 leaves
                     outcome = DECIDERS[algorithm](state, now, limit, 0)
                 elif outcome.state is not None:
-                    packed = _pack(outcome.state, now + outcome.ttl_us)
-                    if entry is not None:
-                        # Found in the young generation, and nothing has moved since: in place.
-                        table[key] = packed  # type: ignore[index]
-                    else:  # _store, inlined
-                        table = self._young.get(table_id)  # _old_state may have moved things
-                        if table is not None and key in table:
-                            table[key] = packed
-                        else:
-                            self._insert(table_id, key, packed, now)
+                    expires_at = now + outcome.ttl_us
+                    self._store(table_id, algorithm, limit, key, outcome.state, expires_at, now)
             return [outcome], now
 
     def _table_id_of(self, limit: Limit, budget: str) -> str:
@@ -162,13 +158,14 @@ class MemoryBackend:
         allowed = True
         for key, limit, cost, budget, block in checks:
             table_id = _table_id(limit, budget)
-            state = self._state(table_id, limit.algorithm, key, now, consume)
+            state = self._state(table_id, limit.algorithm, limit, key, now, consume)
             before.append(state)
             if (table_id, key) in pending:
                 state = pending[table_id, key]
             outcome = DECIDERS[limit.algorithm](state, now, limit, cost)
             if block is not None:
-                blocked = self._state(_block_table(limit, budget), _BLOCKS, key, now, consume)
+                block_table = _block_table(limit, budget)
+                blocked = self._state(block_table, _BLOCKS, limit, key, now, consume)
                 if blocked is not None and blocked[0] > now:
                     outcome = _blocked(limit, state, now, blocked[0], outcome)
             outcomes.append(outcome)
@@ -179,8 +176,11 @@ class MemoryBackend:
         if allowed and consume:
             for (key, limit, cost, budget, _), outcome in zip(checks, outcomes, strict=True):
                 if cost and outcome.state is not None:
-                    packed = _pack(outcome.state, now + outcome.ttl_us)
-                    self._store(_table_id(limit, budget), key, packed, now)
+                    table_id = _table_id(limit, budget)
+                    expires_at = now + outcome.ttl_us
+                    self._store(
+                        table_id, limit.algorithm, limit, key, outcome.state, expires_at, now
+                    )
             return outcomes
         # Nothing was counted: a check that would pass reports what is left now (a cost of 0).
         for index, (_, limit, cost, _, _) in enumerate(checks):
@@ -201,14 +201,14 @@ class MemoryBackend:
             table_id = _block_table(limit, budget)
             until = started.get((table_id, key))
             if until is None:
-                previous = self._state(table_id, _BLOCKS, key, now, True)
+                previous = self._state(table_id, _BLOCKS, limit, key, now, True)
                 if previous is not None and previous[0] > now:
                     continue  # refused by the block itself: not a violation
                 violations = 1 if previous is None else previous[1] + 1
                 durations = block.durations_us
                 until = now + durations[min(violations, len(durations)) - 1]
                 expires = max(until, now + block.reset_us)
-                self._store(table_id, key, _pack((until, violations), expires), now)
+                self._store(table_id, _BLOCKS, limit, key, (until, violations), expires, now)
                 started[table_id, key] = until
             outcomes[index] = outcome._replace(retry_us=max(outcome.retry_us, until - now))
 
@@ -220,13 +220,12 @@ class MemoryBackend:
                 if not cost:
                     continue
                 table_id = _table_id(limit, budget)
-                state = self._state(table_id, limit.algorithm, key, now, True)
+                state = self._state(table_id, limit.algorithm, limit, key, now, True)
                 if state is None:
                     continue
-                entry = self._young[table_id][key]
-                expires_at = entry & _MASK if type(entry) is int else entry[0]
+                table = self._young[table_id]  # a live state read to be written is young
                 refunded = REFUNDS[limit.algorithm](state, at, limit, cost)
-                self._young[table_id][key] = _pack(refunded, expires_at)
+                table.put(key, refunded, table.expires_at(key))
 
     async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
         return self.decide(checks)[0]
@@ -250,45 +249,52 @@ class MemoryBackend:
         return True
 
     def _state(
-        self, table_id: str, algorithm: str, key: str, now: int, touch: bool
+        self, table_id: str, kind: str, limit: Limit, key: str, now: int, touch: bool
     ) -> State | None:
+        """The live state of a key; ``touch`` makes it young (`_old_state`)."""
         table = self._young.get(table_id)
-        entry = None if table is None else table.get(key)
-        if entry is None:
-            return self._old_state(table_id, algorithm, key, now, touch)
-        return _unpack(entry, now, _ARITY[algorithm])
+        state = None if table is None else table.get(key, now)
+        if state is None:
+            # A key is in one generation at most: expired in the young one, it is in neither.
+            return self._old_state(table_id, kind, limit, key, now, touch)
+        return state
 
     def _old_state(
-        self, table_id: str, algorithm: str, key: str, now: int, touch: bool
+        self, table_id: str, kind: str, limit: Limit, key: str, now: int, touch: bool
     ) -> State | None:
         """The live state of a key not in the young generation; ``touch`` makes it young."""
         table = self._old.get(table_id)
-        entry = None if table is None else table.get(key)
-        if entry is None:
+        if table is None:
             return None
-        state = _unpack(entry, now, _ARITY[algorithm])
+        state = table.get(key, now)
         if state is not None and touch:
             # A key that is being denied is busy, not idle: keep it out of the generation that
             # is dropped next, so a flood of new keys cannot reset its quota.
-            self._insert(table_id, key, entry, now)
+            self._store(table_id, kind, limit, key, state, table.expires_at(key), now)
         return state
 
-    def _store(self, table_id: str, key: str, packed: Entry, now: int) -> None:
+    def _store(
+        self,
+        table_id: str,
+        kind: str,
+        limit: Limit,
+        key: str,
+        state: State,
+        expires_at: int,
+        now: int,
+    ) -> None:
+        """Hold a key's state in the young generation (moving it from the old one if it is
+        there); ``kind`` is its algorithm's name, or `_BLOCKS`."""
         table = self._young.get(table_id)
-        if table is not None and key in table:
-            table[key] = packed  # the common case: an update in place
-        else:
-            self._insert(table_id, key, packed, now)
-
-    def _insert(self, limit_id: str, key: str, entry: Entry, now: int) -> None:
-        """Add a key to the young generation (moving it from the old one if it is there)."""
-        table = self._young.get(limit_id)
         if table is None:
-            table = self._young[limit_id] = {}
-        table[key] = entry
+            record = RECORDS.get(kind)
+            table = PackedTable(None if record is None else record(limit), _ARITY[kind])
+            self._young[table_id] = table
+        if not table.put(key, state, expires_at):
+            return  # the common case: an update in place
         self._young_size += 1
-        old = self._old.get(limit_id)
-        if old is not None and old.pop(key, None) is not None:
+        old = self._old.get(table_id)
+        if old is not None and old.pop(key):
             self._old_size -= 1
         if self._young_size > self._half or self._young_size + self._old_size > self._sweep_at:
             self._maintain(now)
@@ -311,8 +317,16 @@ class MemoryBackend:
             self._young, self._young_size = {}, 0
         elif young_full and self._young_size > margin:
             # Room enough: nothing is dropped, the young keys just join the old generation.
-            for limit_id, table in self._young.items():
-                self._old.setdefault(limit_id, {}).update(table)
+            for table_id, table in self._young.items():
+                # They hold other keys (a key is in one generation): the smaller one moves
+                # into the larger, record by record.
+                old = self._old.get(table_id)
+                if old is None or len(old) < len(table):
+                    if old is not None:
+                        table.merge(old)
+                    self._old[table_id] = table
+                else:
+                    old.merge(table)
             self._old_size += self._young_size
             self._young, self._young_size = {}, 0
         self._sweep_at = min(self._max_keys, max(2 * len(self), _FIRST_SWEEP))
@@ -326,7 +340,7 @@ class MemoryBackend:
             ids = None if limits is None else {_table_id(limit, "") for limit in limits}
             for generation in (self._young, self._old):
                 for limit_id, table in generation.items():
-                    if (ids is None or limit_id in ids) and table.pop(key, None) is not None:
+                    if (ids is None or limit_id in ids) and table.pop(key):
                         if generation is self._young:
                             self._young_size -= 1
                         else:
@@ -379,3 +393,15 @@ def _blocked(limit: Limit, state: State | None, now: int, until: int, own: Outco
 def _table_id(limit: Limit, budget: str) -> str:
     """The table a limit's keys live in: one per limit, and per budget (rule, route)."""
     return limit.id if not budget else f"{budget}\x1f{limit.id}"
+
+
+def _sweep(generation: Tables, now: int) -> int:
+    """Drop expired states from ``generation`` in place; return how many are left."""
+    size = 0
+    for table_id, table in list(generation.items()):
+        left = table.sweep(now)
+        if left:
+            size += left
+        else:
+            del generation[table_id]
+    return size

@@ -1,9 +1,11 @@
-"""How `MemoryBackend` stores a key's state: one packed int (or a flat tuple), and the sweep.
+"""How `PackedTable` keeps a state that is not a record: one int (or a flat tuple) with
+its expiry, in a dict by key.
 
     entry = _pack((window, count), expires_at)      # one int of 3 x 64 bits
     _unpack(entry, now, 2)                          # (window, count), or None once expired
 
-Split from memory.py, which keeps the backend itself: these run once per stored entry.
+The log's states (they grow with its requests), blocks, and the states of the other
+algorithms that hold a fraction or a number past 64 bits.
 """
 
 from __future__ import annotations
@@ -12,12 +14,11 @@ from typing import Any
 
 from ..algorithms import State
 
-__all__ = ["Entry", "Tables"]
+__all__ = ["Entry"]
 
 # A stored entry is one int when its state is all ints (see _pack), else the tuple
-# (expires_at, *state). Tables map limit id -> key -> entry.
+# (expires_at, *state).
 Entry = Any
-Tables = dict[str, dict[str, Entry]]
 
 _BITS = 64
 _BASE = 1 << _BITS
@@ -91,27 +92,3 @@ def _unpack(entry: Entry, now: int, arity: int) -> State | None:
         return divmod(entry >> _BITS, _BASE)
     # Shifts and masks: fewer big-int results than two divmods (each a tuple of two).
     return (entry >> _BITS3, entry >> _BITS2 & _MASK, entry >> _BITS & _MASK)
-
-
-def _sweep(generation: Tables, now: int) -> int:
-    """Drop expired entries from ``generation`` in place; return how many entries are left."""
-    size = 0
-    for limit_id, table in list(generation.items()):
-        expired = [
-            key
-            for key, entry in table.items()
-            if (entry & _MASK if type(entry) is int else entry[0]) <= now
-        ]
-        if len(expired) * 2 > len(table):
-            # Mostly expired: rebuilt, since a dict never shrinks when entries are deleted.
-            gone = set(expired)
-            table = {key: entry for key, entry in table.items() if key not in gone}
-        else:
-            for key in expired:
-                del table[key]
-        if table:
-            generation[limit_id] = table
-            size += len(table)
-        else:
-            del generation[limit_id]
-    return size
