@@ -71,6 +71,14 @@ class OptionalBuildExt(build_ext):
         if self.parallel is None:
             self.parallel = os.cpu_count() or 1
 
+    def build_extensions(self) -> None:
+        if self.compiler.compiler_type == "unix":
+            # After Python's own -g -O3: no debug information, -O2; half the compile time,
+            # the same instructions per request (docs/design/performance-notes.md)
+            for extension in self.extensions:
+                extension.extra_compile_args = ["-g0", "-O2"]
+        super().build_extensions()
+
     def run(self) -> None:
         try:
             super().run()
