@@ -190,6 +190,21 @@ async def _ours(scenario: str, backend: str, url: str | None, headers: str) -> B
     return Built(app=app, closers=[store.aclose], marks_headers=headers != "none")
 
 
+async def build_ours_route_limit(scenario: str, backend: str, url: str | None) -> Built:
+    """Our route limit: ``Depends(limiter.limit(...))`` on the FastAPI route, with
+    `RateLimitMiddleware` around the app (as the docs set it up) and no rules of its own."""
+    from fastapi import Depends
+
+    from asgi_ratelimit import RateLimiter
+    from asgi_ratelimit._middleware import RateLimitMiddleware
+
+    store = await _our_backend(backend, url)
+    limiter = RateLimiter(backend=store, default_limits=None)
+    app = fastapi_app([Depends(limiter.limit(_texts(scenario), key="ip"))])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    return Built(app=app, closers=[store.aclose], marks_headers=True)
+
+
 async def build_engine(scenario: str, backend: str, url: str | None) -> Built:
     from asgi_ratelimit import Limit, RateLimiter
 

@@ -32,6 +32,11 @@ _TEMPLATE: dict[str, Any] = {
     "headers": [(b"host", b"bench.local"), (b"user-agent", b"bench")],
     "server": ("127.0.0.1", 8000),
 }
+#: Our rate-limit headers' names, in every style: one of them marks an answer of ours.
+_OUR_HEADERS = frozenset(
+    [b"x-ratelimit-limit", b"x-ratelimit-remaining", b"x-ratelimit-reset",
+     b"ratelimit-policy", b"ratelimit"]
+)  # fmt: skip
 _REQUEST = {"type": "http.request", "body": b"", "more_body": False}
 
 
@@ -69,8 +74,15 @@ async def run_batch(built: Built, ips: Sequence[str], start: int, n: int) -> Cou
         async def send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status = str(message["status"])
-                if marks and not any(b"ratelimit" in name for name, _ in message["headers"]):
-                    status += " without rate-limit headers"
+                if marks:
+                    # A set lookup per name, not `any(b"ratelimit" in name ...)`: that cost
+                    # 12k instructions a request (bytes' `in` tries the needle as an int
+                    # first), counted as ours in process and not paid by any peer.
+                    for name, _ in message["headers"]:
+                        if name in _OUR_HEADERS:
+                            break
+                    else:
+                        status += " without rate-limit headers"
                 outcomes[status] += 1
 
         template = _TEMPLATE

@@ -14,8 +14,8 @@ Each path is counted on both builds, compiled (when ``pip install`` built the ex
 pure (``ASGI_RATELIMIT_NO_EXTENSIONS=1``). Each runs twice under
 ``valgrind --tool=cachegrind --branch-sim=yes``, with a short and a long batch after the same
 warm-up, GC off and ``PYTHONHASHSEED=0``; the difference over the difference in requests is
-the cost of one request, start-up excluded. The Redis paths start a
-``redis-server`` of their own and count the Python process only. Needs ``valgrind``.
+the cost of one request, start-up excluded. The Redis paths start a ``redis-server`` of their
+own and count the Python process only. Needs ``valgrind``.
 """
 
 from __future__ import annotations
@@ -32,15 +32,17 @@ import sys
 
 from asgi_ratelimit._compiled import NO_EXTENSIONS_VARIABLE
 
-from .contenders import build_ours
+from .contenders import build_ours, build_ours_route_limit
 from .driver import client_ips, run_batch
 from .redis_server import RedisServer
 
 __all__ = ["main"]
 
-#: name -> (backend, scenario, clients, short batch, long batch)
+#: name -> (backend, scenario, clients, short batch, long batch); a scenario ending in
+#: ``+route`` limits the route with ``Depends(limiter.limit(...))`` instead of a rule
 PATHS = {
     "memory, many clients": ("memory", "one", 20_000, 2_000, 6_000),
+    "memory, route limit": ("memory", "one+route", 20_000, 1_000, 3_000),
     "memory, one client": ("memory", "one", 1, 2_000, 6_000),
     "redis, one limit": ("redis", "one", 20_000, 500, 1_500),
     "redis, three limits": ("redis", "three", 20_000, 500, 1_500),
@@ -54,7 +56,10 @@ async def _drive(backend: str, scenario: str, clients: int, n: int, url: str | N
 
         async with redis.asyncio.Redis.from_url(url) as admin:
             await admin.flushdb()
-    built = await build_ours(scenario, backend, url)
+    if scenario.endswith("+route"):
+        built = await build_ours_route_limit(scenario.removesuffix("+route"), backend, url)
+    else:
+        built = await build_ours(scenario, backend, url)
     ips = client_ips(clients, start=1)
     await run_batch(built, ips, 0, _WARM_UP)
     gc.disable()

@@ -3,8 +3,9 @@
     limiter = RateLimiter()                       # in-memory backend
     decision = await limiter.hit("user:42", "5/minute")
 
-Doors (the middleware, ``limiter.limit()`` dependencies, ``limiter.limit_endpoint()``
-decorators) call `RateLimiter.check` for a request scope: the one request path.
+The middleware calls `RateLimiter.check` for a request scope: the one request path. Route
+limits (``limiter.limit()`` dependencies, ``limiter.limit_endpoint()`` decorators) are made by
+`RateLimiter.route_limit`, and its request policy plans and decides them as rules.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from ._errors import ConfigurationError
 from ._events import DecisionEvent, Observer, Observers, outcome_of
 from ._headers import HEADER_STYLES, HeaderRenderer
 from ._identity import Identity
-from ._in_flight import DEFAULT_LEASE
 from ._key_secret import KeyedStorage, KeySecret
 from ._load import LoadMonitor
 from ._named import new_named
@@ -36,16 +36,16 @@ from .backends._memory import MemoryBackend
 from .backends._protocol import Backend, Check
 from .http._on_limited import OnLimited, validate_on_limited
 from .http._policy import Access, Checked, RequestPolicy
+from .http._route_limit import RouteLimit, RouteLimitOptions
 from .http._rules import Rule, TieredLimits, validate_cost
 from .http.identity._base import IdentitySource, Scope
 from .http.identity._country import CountrySource
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from typing_extensions import Unpack
 
     from ._decision import HeaderStyle
-    from .http._own_keys import KeyFunction
-    from .integrations._endpoint import CostLike, EndpointKey, EndpointLimit
     from .integrations._fastapi import RateLimitDependency
     from .integrations._route_doors import RouteDoors
     from .integrations._starlette import Endpoint
@@ -201,7 +201,7 @@ class RateLimiter:
             str | Limit | tuple[Limit | str, ...], tuple[tuple[Limit, ...], tuple[Policy, ...]]
         ] = {}
         #: the named route limits (``limit(..., name=...)``), which the usage endpoint reports
-        self.named_limits: dict[str, EndpointLimit] = {}
+        self.named_limits: dict[str, RouteLimit] = {}
         #: the route limits of each route, which a refusal lists (made by the first route
         #: limit; None: the limiter has none)
         self.route_doors: RouteDoors | None = None
@@ -445,23 +445,32 @@ class RateLimiter:
 
     # -- FastAPI and Starlette endpoints -----------------------------------------------------
 
+    def route_limit(
+        self, limits: LimitsLike | None = None, **options: Unpack[RouteLimitOptions]
+    ) -> RouteLimit:
+        """A route limit this limiter's request policy plans (what `limit` and
+        `limit_endpoint` are made of), validated now: its limits against the backend, its
+        key against the country sources. The middleware then lists its items in the
+        refusals of its routes, settles its ``count_when`` and gives back its slots."""
+        from .integrations._route_doors import RouteDoors
+
+        limit = RouteLimit(limits, **options)
+        self.policy.plan_route_limit(limit)
+        if limit.name is not None:  # its budget is shared: the usage endpoint reports it
+            self.named_limits.setdefault(limit.name, limit)
+        if limit.count_when is not None or limit.in_flight is not None:
+            self.settles_routes = True
+        if self.route_doors is None:
+            self.route_doors = RouteDoors(self)
+        return limit
+
     def limit(
-        self,
-        limits: LimitsLike | None = None,
-        *,
-        cost: CostLike = 1,
-        key: EndpointKey | KeyFunction = "identity",
-        name: str | None = None,
-        on_backend_error: FailurePolicy | None = None,
-        on_limited: OnLimited | None = None,
-        count_when: Callable[[int], bool] | None = None,
-        concurrency: int | None = None,
-        lease: str | float = DEFAULT_LEASE,
+        self, limits: LimitsLike | None = None, **options: Unpack[RouteLimitOptions]
     ) -> RateLimitDependency:
         """A FastAPI dependency: ``Depends(limiter.limit("2/minute", cost=1, key="ip"))``;
         ``limiter.limit(concurrency=2)`` admits at most 2 requests of one key at once (with a
-        rate too: ``limiter.limit("100/hour", concurrency=2)``). No decorator: for one, see
-        `limit_endpoint`."""
+        rate too: ``limiter.limit("100/hour", concurrency=2)``). The options are
+        `RouteLimit`'s. No decorator: for one, see `limit_endpoint`."""
         from .integrations._fastapi import (
             InFlightDependency,
             RateLimitDependency,
@@ -470,49 +479,17 @@ class RateLimiter:
 
         if inspect.isroutine(limits) or inspect.isclass(limits):  # @limiter.limit, bare
             raise not_a_decorator(limits)
-        kind = RateLimitDependency if concurrency is None else InFlightDependency
-        return kind(
-            self,
-            limits,
-            cost=cost,
-            key=key,
-            name=name,
-            on_backend_error=on_backend_error,
-            on_limited=on_limited,
-            count_when=count_when,
-            concurrency=concurrency,
-            lease=lease,
-        )
+        kind = RateLimitDependency if options.get("concurrency") is None else InFlightDependency
+        return kind(self, limits, **options)
 
     def limit_endpoint(
-        self,
-        limits: LimitsLike | None = None,
-        *,
-        cost: CostLike = 1,
-        key: EndpointKey | KeyFunction = "identity",
-        name: str | None = None,
-        on_backend_error: FailurePolicy | None = None,
-        on_limited: OnLimited | None = None,
-        count_when: Callable[[int], bool] | None = None,
-        concurrency: int | None = None,
-        lease: str | float = DEFAULT_LEASE,
+        self, limits: LimitsLike | None = None, **options: Unpack[RouteLimitOptions]
     ) -> Callable[[Endpoint], Endpoint]:
         """A decorator for Starlette and FastAPI endpoints: ``@limiter.limit_endpoint("1/s")``
-        (``concurrency=N``: at most N requests of one key at once)."""
+        (``concurrency=N``: at most N requests of one key at once); the options of `limit`."""
         from .integrations._starlette import limit_endpoint
 
-        return limit_endpoint(
-            self,
-            limits,
-            cost=cost,
-            key=key,
-            name=name,
-            on_backend_error=on_backend_error,
-            on_limited=on_limited,
-            count_when=count_when,
-            concurrency=concurrency,
-            lease=lease,
-        )
+        return limit_endpoint(self, limits, **options)
 
     def usage_endpoint(self, path: str = "/rate_limit") -> UsageEndpoint:
         """An ASGI endpoint answering the caller's quotas, GitHub's ``/rate_limit`` style:

@@ -204,6 +204,27 @@ async def test_a_global_key_shares_the_slots_between_everyone(
     assert (await mine.done()).status == 200
 
 
+async def test_a_country_key_gives_each_country_slots_of_its_own() -> None:
+    countries = {PEER: "DE", "203.0.113.8": "DE", "198.51.100.9": "BR"}
+
+    def country(scope: Any) -> str | None:
+        return countries.get(scope["client"][0])
+
+    rule = Rule("/slow", concurrency=1, key="country", name="signups")
+    gates, app, _ = guarded(MemoryBackend(), rule, country=country)
+    (german,) = await held(app, gates, "/slow", "a")
+    gates.open("b")
+    other_german = await Exchange(app, "/slow", "b", peer="203.0.113.8").done()
+    assert other_german.status == 429  # Germany's one slot is taken
+    assert other_german.headers["ratelimit"] == '"signups";r=0;t=1'
+    gates.open("c")
+    brazilian = await Exchange(app, "/slow", "c", peer="198.51.100.9").done()
+    assert brazilian.status == 200  # Brazil's is free
+    assert brazilian.headers["ratelimit"] == '"signups";r=0'
+    gates.open("a")
+    assert (await german.done()).status == 200
+
+
 # -- when slots come back -------------------------------------------------------------------
 
 
@@ -442,6 +463,24 @@ async def test_a_route_dependency_limits_requests_in_flight(
         over = await http.get("/both", params={"id": "w"})
         assert over.status_code == 429  # the rate refuses it; its slot went back
         assert "ratelimit" in over.headers
+
+
+@pytest.mark.parametrize("mode", ["shadow", "off"])
+async def test_a_route_in_flight_limit_follows_the_limiters_mode(mode: Any) -> None:
+    # As a rule's: in shadow mode the slot refuses nothing, and off it is not taken at all.
+    gates = Gates()
+    limiter = RateLimiter(backend=MemoryBackend(), validate=False, mode=mode)
+    app = fastapi_app(limiter, gates, middleware=True)
+    transport = httpx.ASGITransport(app=app, client=(PEER, 1234))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        first = asyncio.ensure_future(http.get("/export", params={"id": "a"}))
+        await until(lambda: "a" in gates.entered)
+        gates.open("b")
+        second = await http.get("/export", params={"id": "b"})
+        assert second.status_code == 200
+        assert "b" in gates.entered
+        gates.open("a")
+        assert (await first).status_code == 200
 
 
 @pytest.mark.parametrize("middleware", [True, False], ids=["middleware", "dependency-alone"])

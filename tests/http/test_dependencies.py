@@ -427,6 +427,16 @@ def test_bad_settings_fail_at_construction(
         limiter.limit(**kwargs)
 
 
+def test_an_elastic_limit_needs_a_load_monitor_as_for_a_rule(limiter: RateLimiter) -> None:
+    # Only a LoadMonitor says when an elastic limit may stretch.
+    with pytest.raises(ConfigurationError) as raised:
+        limiter.limit(Limit("5/minute", elastic=2.0))
+    assert str(raised.value) == (
+        "limit(): limit Limit('5/minute', elastic=2.0) is elastic: give "
+        "RateLimiter(load=LoadMonitor(...)), which says when there is capacity to spare"
+    )
+
+
 def test_limits_accept_limit_objects(limiter: RateLimiter) -> None:
     spec = limiter.limit([LimitType("5/minute"), "10/hour"])
     assert [limit.text for limit in spec.limits] == ["5/minute", "10/hour"]
@@ -447,6 +457,24 @@ async def test_routes_of_an_included_router_are_named_with_their_prefix(
         ok = await http.get("/api/items/1")
         assert ok.headers["ratelimit-policy"] == '"/api/items/{item_id}";q=1;w=60'
         assert (await http.get("/api/items/2")).status_code == 429
+
+
+async def test_a_route_whose_template_is_not_ascii_is_limited_under_a_printable_name(
+    limiter: RateLimiter,
+) -> None:
+    app = FastAPI()
+
+    @app.get("/caf\u00e9/{item_id}", dependencies=[Depends(limiter.limit(fixed("1/minute")))])
+    async def item(item_id: int) -> dict[str, int]:
+        return {"id": item_id}
+
+    async with client(app) as http:
+        ok = await http.get("/caf%C3%A9/1")
+        assert ok.status_code == 200
+        assert ok.headers["ratelimit-policy"] == '"/caf?/{item_id}";q=1;w=60'
+        refused = await http.get("/caf%C3%A9/2")
+        assert refused.status_code == 429
+        assert refused.headers["ratelimit"] == '"/caf?/{item_id}";r=0;t=60'
 
 
 def _tenant_route(limiter: RateLimiter, door: str) -> APIRouter:

@@ -1,7 +1,8 @@
 """The request policy: a scope -> its lists, identity, rules and checks -> the engine's decision.
 
-Every door that limits HTTP requests (the middleware; the dependency and the decorator for
-the lists and identity) goes through `RequestPolicy.check`, the one request path:
+Every limit of a request is planned here: the middleware's rules through `RequestPolicy.check`,
+the one request path, and route limits (the dependency, the decorator) as the `Rule` of their
+route through `RequestPolicy.decide_route`:
 
     outcome = policy.check(scope)          # a Decision, Access("blocked" | "bypass"), or an
                                            # awaitable of one: nothing to await, nothing awaited
@@ -30,6 +31,7 @@ from ._country import CountryResolver, country_key, needs_country
 from ._identity import IdentityResolver
 from ._in_flight import Slot, Slots
 from ._own_keys import own_key
+from ._route_limit import RouteLimit
 from ._rules import Rule, TieredLimits, validate_cost
 from ._ruleset import Plan, PlanEntry, Route, RuleSet
 from ._settled_costs import charge_at_most, differences
@@ -109,18 +111,7 @@ class RequestPolicy:
                     raise needs_country(f"rule {rule.name!r}: {what}")
         allow_list = AccessList(allow, "allow")
         deny_list = AccessList(deny, "deny")
-        for rule in ruleset.all_rules:
-            for named in rule.tiers.values():
-                for _, limit in named:
-                    self.engine.backend.validate_limit(limit.enforced)
-                    if limit.elastic != 1.0 and self.engine.load is None:
-                        raise ConfigurationError(
-                            f"rule {rule.name!r}: limit {limit!r} is elastic: give "
-                            "RateLimiter(load=LoadMonitor(...)), which says when there is "
-                            "capacity to spare"
-                        )
-        if self.slots is None and any(rule.in_flight for rule in ruleset.all_rules):
-            self.slots = Slots(self.engine)  # raises for a backend that keeps no leases
+        self._check_backend(ruleset.all_rules)
         previous: RuleSet | None = getattr(self, "rules", None)
         if previous is not None:
             ruleset.exempt = previous.exempt  # the usage endpoint's path stays exempt
@@ -132,6 +123,30 @@ class RequestPolicy:
         self.deny = deny_list
         # Empty lists cannot match: then no request needs its address as an object.
         self._lists = bool(allow_list or deny_list)
+
+    def _check_backend(self, rules: Iterable[Rule], what: str | None = None) -> None:
+        """What ``rules`` need of the backend, checked: limits it keeps, load for elastic
+        limits, and leases for in-flight limits (the slots, taken from it here). ``what``
+        names them in errors (else each rule's name)."""
+        for rule in rules:
+            for named in rule.tiers.values():
+                for _, limit in named:
+                    self.engine.backend.validate_limit(limit.enforced)
+                    if limit.elastic != 1.0 and self.engine.load is None:
+                        raise ConfigurationError(
+                            f"{what or f'rule {rule.name!r}'}: limit {limit!r} is elastic: give "
+                            "RateLimiter(load=LoadMonitor(...)), which says when there is "
+                            "capacity to spare"
+                        )
+            if self.slots is None and rule.in_flight is not None:
+                self.slots = Slots(self.engine)  # raises for a backend that keeps no leases
+
+    def plan_route_limit(self, limit: RouteLimit) -> None:
+        """Check a route limit as the rules are checked: the country it needs, what its rule
+        needs of the backend."""
+        if limit.key == "country" and not self.countries:
+            raise needs_country("limit(key='country')")
+        self._check_backend((limit.rule,), "limit()")
 
     def check(self, scope: Scope, consume: bool = True) -> Checked | Awaitable[Checked]:
         """Deny list, allow list, identity, rules, then one atomic decision for every rule.
@@ -225,8 +240,24 @@ class RequestPolicy:
                     cost = self._cost_failed(rule, exc)
             checked.append(self._valid_cost(rule, cost))
         own = [await key if inspect.isawaitable(key) else key for key in keys]
-        checks, policies = self.checks(scope, identity, route, checked, keys=own)
-        slots = self._slots(scope, identity, route, own) if consume else ()
+        return await self.decide_route(scope, identity, route, checked, own, consume)
+
+    async def decide_route(
+        self,
+        scope: Scope,
+        identity: Identity,
+        route: Route,
+        costs: Sequence[float],
+        keys: Sequence[str | None],
+        consume: bool = True,
+    ) -> Decision:
+        """The decision on ``route`` at ``costs`` and ``keys`` (per rule: its cost, and what
+        its key of your own answered, "" for a built-in kind): a dynamic route's, once its
+        callables answered, and a route limit's (`RouteLimit.route`), whose door reads them
+        from its framework's request. In-flight slots first, then the rates; settling by
+        outcome in ``decision.settle``, the slots' release in ``decision.release``."""
+        checks, policies = self.checks(scope, identity, route, costs, keys=keys)
+        slots = self._slots(scope, identity, route, keys) if consume else ()
         if not slots:
             return await self._decided(checks, policies, identity, consume)
         # In-flight slots first: a request they refuse is counted by no rate limit.
@@ -272,6 +303,8 @@ class RequestPolicy:
                 subject = self.identities.ip_key(scope)
             elif rule.key == "global":
                 subject = "*"
+            elif rule.key == "country":
+                subject = country_key(self.countries.country(scope))
             else:  # a key of your own, answered before
                 subject = keys[index]
             if subject is not None:

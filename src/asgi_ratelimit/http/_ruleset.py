@@ -160,6 +160,11 @@ class RuleSet:
         )
         return _route("GET", "", rules, False, self._plans(rules, ""))
 
+    def route_of(self, rules: tuple[Rule, ...]) -> Route:
+        """``rules`` as the route of the requests a door already knows they apply to (a
+        route limit's rule, on the route that served the request), planned."""
+        return _route("GET", "", rules, False, self._plans(rules, ""))
+
     def route_of_policy(self, name: str | None) -> str | None:
         """The path template of the rule a policy name belongs to (None: no rule's)."""
         return self._policy_routes.get(name) if name is not None else None

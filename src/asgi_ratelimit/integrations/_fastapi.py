@@ -28,15 +28,14 @@ from starlette.responses import Response
 
 from .._decision import Decision
 from .._errors import ConfigurationError, RateLimitExceeded
-from .._in_flight import DEFAULT_LEASE
-from .._rates import LimitsLike
-from ..http._own_keys import KeyFunction
-from ._endpoint import CostLike, EndpointKey, EndpointLimit
+from ._endpoint import EndpointLimit
 
 if TYPE_CHECKING:
-    from .._decision import FailurePolicy
+    from typing_extensions import Unpack
+
     from .._limiter import RateLimiter
-    from ..http._on_limited import OnLimited
+    from .._rates import LimitsLike
+    from ..http._route_limit import RouteLimitOptions
 
 __all__ = [
     "InFlightDependency",
@@ -188,28 +187,9 @@ class RateLimitDependency(EndpointLimit):
         self,
         limiter: "RateLimiter",
         limits: "LimitsLike | None",
-        *,
-        cost: CostLike = 1,
-        key: EndpointKey | KeyFunction = "identity",
-        name: "str | None" = None,
-        on_backend_error: "FailurePolicy | None" = None,
-        on_limited: "OnLimited | None" = None,
-        count_when: "Callable[[int], bool] | None" = None,
-        concurrency: "int | None" = None,
-        lease: "str | float" = DEFAULT_LEASE,
+        **options: "Unpack[RouteLimitOptions]",
     ) -> None:
-        super().__init__(
-            limiter,
-            limits,
-            cost=cost,
-            key=key,
-            name=name,
-            on_backend_error=on_backend_error,
-            on_limited=on_limited,
-            count_when=count_when,
-            concurrency=concurrency,
-            lease=lease,
-        )
+        super().__init__(limiter, limits, **options)
         # FastAPI awaits a dependency whose `__call__` attribute is a coroutine function (and
         # enters one that is an async generator): on the instance, that is `depend`. Calling
         # the instance goes through the class's `__call__`, which a decorator's call reaches

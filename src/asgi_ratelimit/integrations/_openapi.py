@@ -143,7 +143,7 @@ def _headers_for(style: str) -> dict[str, dict[str, Any]]:
 def route_policies(limiter: RateLimiter, route: Any, method: str) -> list[str]:
     """Human-readable policies limiting ``method`` on ``route``: ``"search: 10/minute"``."""
     policies = [
-        f"{spec.policy_name(route.path_format)}: {spec.text}"
+        f"{spec.route_limit.policy_name(route.path_format)}: {spec.route_limit.text}"
         for spec in _endpoint_limits(route)
         if spec.limiter is limiter
     ]

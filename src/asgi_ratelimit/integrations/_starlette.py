@@ -27,16 +27,15 @@ from starlette.responses import Response
 
 from .._decision import Decision
 from .._errors import ConfigurationError
-from .._in_flight import DEFAULT_LEASE
 from .._rates import LimitsLike
 from ..http._ledger import RELEASES
-from ..http._own_keys import KeyFunction
-from ._endpoint import CostLike, EndpointKey, EndpointLimit
+from ._endpoint import EndpointLimit
 
 if TYPE_CHECKING:
-    from .._decision import FailurePolicy
+    from typing_extensions import Unpack
+
     from .._limiter import RateLimiter
-    from ..http._on_limited import OnLimited
+    from ..http._route_limit import RouteLimitOptions
 
 __all__ = ["Endpoint", "limit_endpoint"]
 
@@ -48,17 +47,7 @@ _RESPONSE = "ratelimit_response_"
 
 
 def limit_endpoint(
-    limiter: RateLimiter,
-    limits: LimitsLike | None,
-    *,
-    cost: CostLike = 1,
-    key: EndpointKey | KeyFunction = "identity",
-    name: str | None = None,
-    on_backend_error: FailurePolicy | None = None,
-    on_limited: OnLimited | None = None,
-    count_when: Callable[[int], bool] | None = None,
-    concurrency: int | None = None,
-    lease: str | float = DEFAULT_LEASE,
+    limiter: RateLimiter, limits: LimitsLike | None, **options: Unpack[RouteLimitOptions]
 ) -> Callable[[Endpoint], Endpoint]:
     """Decorate an ``async def`` endpoint: 429 when over, headers when not.
 
@@ -71,18 +60,7 @@ def limit_endpoint(
     without it, a Starlette ``Response`` gives it back once sent, anything else when the
     endpoint returns.
     """
-    spec = EndpointLimit(
-        limiter,
-        limits,
-        cost=cost,
-        key=key,
-        name=name,
-        on_backend_error=on_backend_error,
-        on_limited=on_limited,
-        count_when=count_when,
-        concurrency=concurrency,
-        lease=lease,
-    )
+    spec = EndpointLimit(limiter, limits, **options)
 
     def decorate(endpoint: Endpoint) -> Endpoint:
         if not inspect.iscoroutinefunction(endpoint):

@@ -69,12 +69,15 @@ class UsageEndpoint:
     async def resources(self, scope: Scope, identity: Identity) -> dict[str, dict[str, int]]:
         """Every quota of ``identity`` (``scope`` gives its client address), by policy."""
         limiter = self.limiter
-        checks, policies = limiter.policy.usage_checks(scope, identity)
+        policy = limiter.policy
+        checks, policies = policy.usage_checks(scope, identity)
         checks, policies = list(checks), list(policies)
         for limit in limiter.named_limits.values():
-            more, named = limit.named_checks(scope, identity)
-            checks += more
-            policies += named
+            route = limit.named_route(policy.rules)
+            if route is not None:  # counted at cost 0: it peeks
+                more, named = policy.checks(scope, identity, route, [0.0])
+                checks += more
+                policies += named
         decision = limiter.engine.decide(checks, policies, identity, consume=False)
         if not isinstance(decision, Decision):
             decision = await decision
