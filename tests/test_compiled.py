@@ -15,20 +15,23 @@ from pathlib import Path
 import pytest
 
 import asgi_ratelimit
-from asgi_ratelimit._compiled import MODULES, NO_EXTENSIONS_VARIABLE
+from asgi_ratelimit._compiled import MODULES, NO_EXTENSIONS_VARIABLE, edited_since_built
 
 PACKAGE = Path(asgi_ratelimit.__file__).parent
 # What pip install needs to compile: a C compiler (checked where used) and Python's headers.
 HEADERS = Path(sysconfig.get_paths()["include"]) / "Python.h"
 SWITCHED = os.environ.get(NO_EXTENSIONS_VARIABLE, "") not in ("", "0")
-# Built beside the source: the compiled twin of every module of the request path.
-BUILT = all(
-    any(
-        (PACKAGE.parent / (name.replace(".", "/") + suffix)).exists()
-        for suffix in EXTENSION_SUFFIXES
-    )
-    for name in MODULES
-)
+
+
+# Built beside the source, and not edited since: the compiled twin of every module of the
+# request path that the finder loads.
+def _built(name: str) -> bool:
+    source = PACKAGE.parent / (name.replace(".", "/") + ".py")
+    twins = [source.with_suffix(suffix) for suffix in EXTENSION_SUFFIXES]
+    return any(t.exists() and not edited_since_built(str(source), str(t)) for t in twins)
+
+
+BUILT = all(_built(name) for name in MODULES)
 
 
 def _loaded_compiled(name: str) -> bool:
@@ -68,12 +71,16 @@ def test_the_variable_forces_the_pure_source_at_import_time() -> None:
     assert _which_build({NO_EXTENSIONS_VARIABLE: "1"}) == ["False", "True", "True"]
 
 
-@pytest.mark.skipif(not BUILT, reason="no extensions built beside the source (no C compiler?)")
+@pytest.mark.skipif(
+    not BUILT, reason="no up-to-date extensions beside the source (no compiler, or edited since)"
+)
 def test_without_the_variable_the_built_extensions_run() -> None:
     assert _which_build({NO_EXTENSIONS_VARIABLE: "0"}) == ["True", "False", "False"]
 
 
-@pytest.mark.skipif(not BUILT, reason="no extensions built beside the source (no C compiler?)")
+@pytest.mark.skipif(
+    not BUILT, reason="no up-to-date extensions beside the source (no compiler, or edited since)"
+)
 def test_a_module_edited_since_the_build_runs_from_its_source(tmp_path: Path) -> None:
     # pip install -e . built the extensions; an edit to one .py must run, not the old build.
     copy = tmp_path / "asgi_ratelimit"

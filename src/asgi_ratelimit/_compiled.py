@@ -28,7 +28,7 @@ from importlib.machinery import (
 )
 from types import ModuleType
 
-__all__ = ["MODULES", "NO_EXTENSIONS_VARIABLE", "compiled"]
+__all__ = ["MODULES", "NO_EXTENSIONS_VARIABLE", "compiled", "edited_since_built"]
 
 NO_EXTENSIONS_VARIABLE = "ASGI_RATELIMIT_NO_EXTENSIONS"
 
@@ -98,10 +98,14 @@ class _SourceFinder(MetaPathFinder):
                 return source
             built = FileFinder(entry, (ExtensionFileLoader, EXTENSION_SUFFIXES)).find_spec(fullname)
             if built is not None and built.origin is not None:
-                edited = os.stat(source.origin).st_mtime - os.stat(built.origin).st_mtime
-                return source if edited > _SAME_INSTALL else built
+                return source if edited_since_built(source.origin, built.origin) else built
             return source
         return None
+
+
+def edited_since_built(source: str, built: str) -> bool:
+    """Whether the ``.py`` file changed after its extension was built (the extension is stale)."""
+    return os.stat(source).st_mtime - os.stat(built).st_mtime > _SAME_INSTALL
 
 
 def _install_finder() -> None:
