@@ -12,10 +12,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import asgi_ratelimit
+from asgi_ratelimit._compiled import NO_EXTENSIONS_VARIABLE
 
 from .contenders import CONTENDERS, Built, Unavailable
 from .driver import client_ips, drive, expect_status, run_batch
@@ -30,11 +36,11 @@ PHASES = ("inproc", "breakdown", "memory", "e2e", "profile", "matching")
 
 
 async def _build_all(
-    scenario: str, backend: str, url: str | None, notes: dict[str, str]
+    scenario: str, backend: str, url: str | None, notes: dict[str, str], kinds: tuple[str, ...]
 ) -> list[tuple[str, Built]]:
     built: list[tuple[str, Built]] = []
     for contender in CONTENDERS:
-        if backend not in contender.backends:
+        if backend not in contender.backends or (kinds and contender.kind not in kinds):
             continue
         try:
             built.append((contender.name, await contender.build(scenario, backend, url)))
@@ -43,8 +49,11 @@ async def _build_all(
     return built
 
 
-async def inproc(url: str, rounds: int, per_batch: dict[str, int]) -> dict[str, Any]:
-    """Every (backend, scenario) table: medians over interleaved rounds."""
+async def inproc(
+    url: str, rounds: int, per_batch: dict[str, int], only_kinds: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Every (backend, scenario) table: medians over interleaved rounds (of these kinds of
+    contender only, when given)."""
     import redis.asyncio
 
     kinds = {c.name: c for c in CONTENDERS}
@@ -55,7 +64,7 @@ async def inproc(url: str, rounds: int, per_batch: dict[str, int]) -> dict[str, 
     for backend in ("memory", "redis"):
         for scenario in ("one", "three", "denied"):
             await admin.flushdb()
-            built = await _build_all(scenario, backend, url, notes)
+            built = await _build_all(scenario, backend, url, notes, only_kinds)
             if scenario == "denied":
                 ips = client_ips(64, start=5_000_000)
                 for name, b in built:  # the first request of each identity uses the limit up
@@ -89,6 +98,39 @@ async def inproc(url: str, rounds: int, per_batch: dict[str, int]) -> dict[str, 
     return {"tables": tables, "unavailable": notes, "problems": problems}
 
 
+def _pure_rows(url: str, rounds: int, per_batch: dict[str, int], tables: dict[str, Any]) -> None:
+    """Our rows again on the pure build, added to ``tables`` as "... (pure)".
+
+    A process runs one build (the variable is read at import), so a child measures the pure
+    rows, interleaved with its own bare app: each pure round is moved by the difference
+    between the two processes' bare medians, so that its overhead is over its own baseline.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "pure.json"
+        subprocess.run(
+            [sys.executable, "-m", "benchmarks", "--pure-rows", str(out), url, str(rounds),
+             json.dumps(per_batch)],
+            env={**os.environ, NO_EXTENSIONS_VARIABLE: "1"},
+            check=True,
+        )  # fmt: skip
+        pure = json.loads(out.read_text())
+    for key, rows in pure["tables"].items():
+        bare = {r["baseline"]: r["median_us"] for r in tables[key] if r["kind"] == "bare"}
+        own_bare = {r["baseline"]: r["median_us"] for r in rows if r["kind"] == "bare"}
+        for row in rows:
+            if row["kind"] not in ("ours", "engine"):
+                continue
+            shift = bare.get(row["baseline"], 0.0) - own_bare.get(row["baseline"], 0.0)
+            tables[key].append(
+                {
+                    **row,
+                    "name": f"{row['name']} (pure)",
+                    "median_us": row["median_us"] + shift,
+                    "rounds_us": [value + shift for value in row["rounds_us"]],
+                }
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer rounds (about a minute)")
@@ -101,7 +143,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="rebuild docs/benchmarks.md and .png from docs/benchmarks.json; measure nothing",
     )
+    parser.add_argument("--pure-rows", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.pure_rows:  # the child of _pure_rows, on the pure build
+        out, url, rounds, per_batch = args.pure_rows
+        kinds = ("bare", "ours", "engine")
+        pure = asyncio.run(inproc(url, int(rounds), json.loads(per_batch), kinds))
+        Path(out).write_text(json.dumps(pure))
+        return 0
     if args.report_only:
         results = json.loads((DOCS / "benchmarks.json").read_text())
         print_tables(results)
@@ -124,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         if "inproc" in phases:
             print("in-process overhead", flush=True)
             results["inproc"] = asyncio.run(inproc(server.url, rounds, per_batch))
+            if asgi_ratelimit.COMPILED:  # the rows above ran compiled: add the pure build's
+                print("in-process overhead, our rows on the pure build", flush=True)
+                _pure_rows(server.url, rounds, per_batch, results["inproc"]["tables"])
+            else:
+                print("in-process overhead: the package is not compiled here; pure rows only")
         if "breakdown" in phases:
             from .breakdown import breakdown
 

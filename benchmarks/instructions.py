@@ -10,10 +10,12 @@ of the socket). This is how the performance notes compare two trees:
 
 (an older tree without this file gets a copy in its benchmarks/ first).
 
-Each path runs twice under ``valgrind --tool=cachegrind --branch-sim=yes``, with a short and
-a long batch after the same warm-up, GC off and ``PYTHONHASHSEED=0``; the difference over the
-difference in requests is the cost of one request, start-up excluded. The Redis paths start a
-``redis-server`` of their own and count the Python process only. Needs ``valgrind``.
+Each path is counted on both builds, compiled (when ``pip install`` built the extensions) and
+pure (``ASGI_RATELIMIT_NO_EXTENSIONS=1``). Each runs twice under
+``valgrind --tool=cachegrind --branch-sim=yes``, with a short and a long batch after the same
+warm-up, GC off and ``PYTHONHASHSEED=0``; the difference over the difference in requests is
+the cost of one request, start-up excluded. The Redis paths start a ``redis-server`` of their
+own and count the Python process only. Needs ``valgrind``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import re
 import shutil
 import subprocess
 import sys
+
+from asgi_ratelimit._compiled import NO_EXTENSIONS_VARIABLE
 
 from .contenders import build_ours, build_ours_route_limit
 from .driver import client_ips, run_batch
@@ -78,6 +82,13 @@ def _counted(args: list[str], env: dict[str, str]) -> tuple[int, int]:
     return numbers["I   refs"], numbers["Mispredicts"]
 
 
+def _compiled_here(env: dict[str, str]) -> bool:
+    """asgi_ratelimit.COMPILED, asked in a child with this environment."""
+    code = "import asgi_ratelimit; print(asgi_ratelimit.COMPILED)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    return out.stdout.strip() == "True"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
@@ -91,19 +102,28 @@ def main() -> None:
         sys.exit("benchmarks.instructions: valgrind is needed (apt-get install -y valgrind)")
     names = args.only or list(PATHS)
     env = {**os.environ, "PYTHONHASHSEED": "0"}
+    env.pop(NO_EXTENSIONS_VARIABLE, None)
+    builds = {"compiled": env, "pure": {**env, NO_EXTENSIONS_VARIABLE: "1"}}
+    if not _compiled_here(env):  # no extensions built: one row per path, and say so
+        print("benchmarks.instructions: the package is not compiled here; pure rows only")
+        builds = {"pure": builds["pure"]}
     needs_redis = any(PATHS[name][0] == "redis" for name in names)
     with RedisServer() if needs_redis else contextlib.nullcontext() as server:
         for name in names:
             backend, scenario, clients, short, long = PATHS[name]
             url = server.url if backend == "redis" and server is not None else ""
-            runs = [
-                _counted(["--child", backend, scenario, str(clients), str(n), url], env)
-                for n in (short, long)
-            ]
-            requests = long - short
-            instructions = (runs[1][0] - runs[0][0]) / requests / 1000
-            mispredicts = (runs[1][1] - runs[0][1]) / requests
-            print(f"{name:22} {instructions:7.1f}k instructions {mispredicts:7,.0f} mispredicts")
+            for build, build_env in builds.items():
+                runs = [
+                    _counted(["--child", backend, scenario, str(clients), str(n), url], build_env)
+                    for n in (short, long)
+                ]
+                requests = long - short
+                instructions = (runs[1][0] - runs[0][0]) / requests / 1000
+                mispredicts = (runs[1][1] - runs[0][1]) / requests
+                print(
+                    f"{name:22} {build:8} {instructions:7.1f}k instructions "
+                    f"{mispredicts:7,.0f} mispredicts"
+                )
 
 
 if __name__ == "__main__":

@@ -26,6 +26,25 @@ def fixed(text: str) -> Limit:
     return Limit(text, algorithm="fixed_window")
 
 
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHM_NAMES))
+async def test_counts_stay_whole_numbers_in_the_decision_and_its_headers(
+    algorithm: str, limiter: RateLimiter
+) -> None:
+    # 2.0 == 2: a build that turned stored counts into floats passes the count tests, and
+    # fails here (headers would say "2.0", and the compiled probe then failed open).
+    decisions = [
+        await limiter.hit("user:42", Limit("3/minute", algorithm=algorithm)) for _ in "1234"
+    ]
+    assert [d.allowed for d in decisions] == [True, True, True, False]
+    assert [(type(d.remaining), d.remaining) for d in decisions] == [
+        (int, 2),
+        (int, 1),
+        (int, 0),
+        (int, 0),
+    ]
+    assert [d.headers("legacy")["X-RateLimit-Remaining"] for d in decisions] == ["2", "1", "0", "0"]
+
+
 async def test_hit_reports_the_limit_remaining_reset_and_retry(
     limiter: RateLimiter, clock: FakeClock
 ) -> None:

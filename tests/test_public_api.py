@@ -29,6 +29,8 @@ PUBLIC = {
         "MemoryBackend",
         # errors
         "BackendError", "ConfigurationError", "RateLimitExceeded",
+        # which build runs
+        "COMPILED",
     ],
     "asgi_ratelimit.backends": ["Backend", "Block", "Check", "MemoryBackend", "Outcome", "Result"],
     "asgi_ratelimit.backends.redis": ["RedisBackend"],
@@ -41,6 +43,7 @@ PUBLIC = {
 LAYERS = [
     (
         "asgi_ratelimit._errors",
+        "asgi_ratelimit._compiled",
         "asgi_ratelimit._clock",
         "asgi_ratelimit._key_secret",
         "asgi_ratelimit._masked_url",

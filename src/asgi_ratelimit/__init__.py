@@ -12,6 +12,8 @@ This module is the public surface; every other module is internal, except
 
 from __future__ import annotations
 
+# First: with ASGI_RATELIMIT_NO_EXTENSIONS set, the modules below load from their .py files.
+from . import _compiled
 from ._decision import Decision, PolicyStatus
 from ._errors import BackendError, ConfigurationError, RateLimitExceeded
 from ._events import DecisionEvent
@@ -51,5 +53,11 @@ __all__ = [
     "BackendError",
     "ConfigurationError",
     "RateLimitExceeded",
+    # which build runs
+    "COMPILED",
 ]
 __version__ = "0.1.0"
+
+#: True when the request path runs compiled (``pip install`` built it with a C compiler and
+#: ``ASGI_RATELIMIT_NO_EXTENSIONS`` is not set), False when it runs from the ``.py`` files.
+COMPILED: bool = _compiled.compiled()
