@@ -3,8 +3,10 @@
 The modules compiled are ``MODULES`` in src/asgi_ratelimit/_compiled.py (one list, which the
 package also reads to tell which build runs). Cython compiles them in pure-Python mode from the
 same ``.py`` files that run where no C compiler is present: the install never fails for want of
-one, it prints one line and installs the pure package. ``ASGI_RATELIMIT_NO_EXTENSIONS=1`` at
-build time skips the build (and at run time imports the ``.py`` files anyway).
+one, it prints one line and installs the pure package. The build is opt-in,
+``ASGI_RATELIMIT_COMPILE=1``: untyped, the compiled path runs fewer instructions but takes
+more time than the pure one (docs/design/performance-notes.md). ``ASGI_RATELIMIT_NO_EXTENSIONS=1``
+skips the build (and at run time imports the ``.py`` files anyway).
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ def _constant(name: str) -> object:
 
 
 _MODULES: tuple[str, ...] = _constant("MODULES")  # type: ignore[assignment]
-_SKIP = os.environ.get(str(_constant("NO_EXTENSIONS_VARIABLE")), "") not in ("", "0")
+_SKIP = os.environ.get(str(_constant("NO_EXTENSIONS_VARIABLE")), "") not in ("", "0") or (
+    os.environ.get(str(_constant("COMPILE_VARIABLE")), "") in ("", "0")
+)
 
 
 def _not_built(exc: Exception) -> None:

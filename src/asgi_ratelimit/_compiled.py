@@ -1,6 +1,7 @@
 """The compiled build: which modules ``pip install`` compiles, and the switch to the pure source.
 
-Where a C compiler is present, ``pip install`` compiles the modules of :data:`MODULES` with
+With ``ASGI_RATELIMIT_COMPILE=1`` and a C compiler, ``pip install`` compiles the modules of
+:data:`MODULES` with
 Cython in pure-Python mode (setup.py reads the list from here) and puts each extension beside
 its ``.py`` file; where it is not, or the build fails, the same ``.py`` files run as they are.
 ``ASGI_RATELIMIT_NO_EXTENSIONS=1`` makes one installed tree import the ``.py`` files anyway, so
@@ -28,9 +29,18 @@ from importlib.machinery import (
 )
 from types import ModuleType
 
-__all__ = ["MODULES", "NO_EXTENSIONS_VARIABLE", "compiled", "edited_since_built"]
+__all__ = [
+    "COMPILE_VARIABLE",
+    "MODULES",
+    "NO_EXTENSIONS_VARIABLE",
+    "compiled",
+    "edited_since_built",
+]
 
 NO_EXTENSIONS_VARIABLE = "ASGI_RATELIMIT_NO_EXTENSIONS"
+#: Set to 1 at build time to compile (setup.py): until the path is typed, the compiled build
+#: runs fewer instructions but takes more time (docs/design/performance-notes.md).
+COMPILE_VARIABLE = "ASGI_RATELIMIT_COMPILE"
 
 #: The request path: the modules whose functions a request calls, from the middleware's call to
 #: the memory backend's answer and back, and the steps of every algorithm and the rule matching
