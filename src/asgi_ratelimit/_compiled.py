@@ -1,9 +1,9 @@
 """The compiled build: which modules ``pip install`` compiles, and the switch to the pure source.
 
 With ``ASGI_RATELIMIT_COMPILE=1`` and a C compiler, ``pip install`` compiles the modules of
-:data:`MODULES` with
-Cython in pure-Python mode (setup.py reads the list from here) and puts each extension beside
-its ``.py`` file; where it is not, or the build fails, the same ``.py`` files run as they are.
+:data:`MODULES` with Cython in pure-Python mode (setup.py reads the list from here) and puts
+each extension beside its ``.py`` file; without either, or when the build fails, the same
+``.py`` files run as they are.
 ``ASGI_RATELIMIT_NO_EXTENSIONS=1`` makes one installed tree import the ``.py`` files anyway, so
 that the suite and the benchmarks run on both builds (yarl's ``YARL_NO_EXTENSIONS``).
 
