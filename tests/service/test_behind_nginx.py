@@ -160,3 +160,23 @@ async def test_one_budget_shared_with_a_python_app(site: Path, redis_url: str) -
                 codes.append(("nginx", (await proxied.get("/static/a.html")).status_code))
     assert codes == [("python", 200), ("nginx", 200), ("python", 200),
                      ("nginx", 429), ("python", 429), ("nginx", 429)]  # fmt: skip
+
+
+def test_identities_from_the_forwarded_api_key(site: Path, redis_url: str) -> None:
+    # serve --limiter: the app's own limiter, with its APIKey source and tiers.
+    rule = f"keys-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    env = {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_RULE": rule}
+    with (
+        serve(site, port, ["--limiter", "tests.service.gateway_limiter:limiter"], env),
+        nginx(site, free_port(), port) as url,
+        httpx.Client(base_url=url) as http,
+    ):
+        premium = [http.get("/static/a.html", headers={"X-API-Key": "k-premium"}) for _ in range(5)]
+        free = [http.get("/static/a.html", headers={"X-API-Key": "k-free"}) for _ in range(3)]
+        anonymous = [http.get("/static/a.html").status_code for _ in range(3)]  # the client IP
+    assert [a.status_code for a in premium] == [200] * 4 + [429]
+    assert premium[0].headers["x-ratelimit-limit"] == "4"
+    assert [a.status_code for a in free] == [200, 200, 429]
+    assert free[0].headers["x-ratelimit-limit"] == "2"
+    assert anonymous == [200, 200, 429]
