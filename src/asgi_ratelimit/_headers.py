@@ -236,12 +236,14 @@ class GitHubHeaderRenderer:
         renderer.render(decision)   # [..., (b"x-ratelimit-reset", b"1728000060")]
     """
 
-    __slots__ = ("_clock", "dated", "style")
+    __slots__ = ("_clock", "_resources", "dated", "style")
 
     def __init__(self, clock: Clock) -> None:
         self.style: HeaderStyle = "github"
         self.dated = True
         self._clock = clock
+        # policy name -> its X-RateLimit-Resource header (bounded)
+        self._resources: dict[str | None, RawHeader] = {}
 
     def render(self, decision: Decision) -> RawHeaders:
         """The headers of ``decision`` (``Retry-After`` included when refused)."""
@@ -254,14 +256,19 @@ class GitHubHeaderRenderer:
             return headers
         limit = _sf_int(decision.limit)
         remaining = _sf_int(decision.remaining)
-        reset = whole_seconds(self._clock() + max(0.0, decision.reset_after))
-        headers += [
+        resource = self._resources.get(decision.policy)
+        if resource is None:
+            if len(self._resources) >= _CACHE_SIZE:
+                self._resources.clear()  # bounded: start over rather than grow
+            resource = (RESOURCE, _token(decision.policy or ""))
+            self._resources[decision.policy] = resource
+        headers += (
             (LIMIT, b"%d" % limit),
             (REMAINING, b"%d" % remaining),
-            (USED, b"%d" % max(0, limit - remaining)),
-            (RESOURCE, _token(decision.policy or "")),
-            (RESET, b"%d" % reset),
-        ]
+            (USED, b"%d" % (limit - remaining if limit > remaining else 0)),
+            resource,
+            (RESET, b"%d" % whole_seconds(self._clock() + max(0.0, decision.reset_after))),
+        )
         return headers
 
 
