@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -63,12 +63,18 @@ def serve(workdir: Path, port: int, args: list[str], env: Mapping[str, str]) -> 
 
 
 @contextmanager
-def nginx(workdir: Path, port: int, service_port: int) -> Iterator[str]:
-    """nginx with ``NGINX_CONF`` (ports filled in), its prefix, logs and temp files in
-    ``workdir``, serving ``workdir/html``; in the foreground, not as a service."""
+def nginx(
+    workdir: Path, port: int, service_port: int, edits: Sequence[tuple[str, str]] = ()
+) -> Iterator[str]:
+    """nginx with ``NGINX_CONF`` (ports filled in; ``edits``: ``(old, new)`` changes the
+    docs describe), its prefix, logs and temp files in ``workdir``, serving
+    ``workdir/html``; in the foreground, not as a service."""
     binary = require_nginx()
     (workdir / "tmp").mkdir(exist_ok=True)
     conf = NGINX_CONF.read_text()
+    for old, new in edits:
+        assert conf.count(old) == 1, old
+        conf = conf.replace(old, new)
     conf = conf.replace("${NGINX_PORT}", str(port)).replace("${RATELIMIT_PORT}", str(service_port))
     (workdir / "ratelimit.conf").write_text(conf)
     # As root nginx's workers would run as nobody, who cannot read a private tmp dir.

@@ -28,8 +28,8 @@ RATE_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset
 
 
 class Gateway:
-    def __init__(self, workdir: Path, name: str, url: str) -> None:
-        self.workdir, self.name, self.url = workdir, name, url
+    def __init__(self, workdir: Path, name: str, url: str, redis_url: str) -> None:
+        self.workdir, self.name, self.url, self.redis_url = workdir, name, url, redis_url
 
 
 def rules_file(workdir: Path, name: str) -> Path:
@@ -62,7 +62,7 @@ def gateway(site: Path, redis_url: str) -> Iterator[Gateway]:
     args = ["--rules", str(rules_file(site, name)), "--storage", redis_url,
             "--trusted-proxies", "127.0.0.1/32"]  # fmt: skip
     with serve(site, port, args, {}), nginx(site, free_port(), port) as url:
-        yield Gateway(site, name, url)
+        yield Gateway(site, name, url, redis_url)
 
 
 def rate_headers(response: httpx.Response) -> dict[str, str]:
@@ -129,6 +129,32 @@ def test_the_service_down_is_nginx_s_500(site: Path) -> None:
     assert answer.status_code == 500
     assert "retry-after" not in answer.headers
     assert "connect() failed" in (site / "error.log").read_text()
+
+
+FAIL_OPEN = ("            return 500;\n", "            root html;\n")
+
+
+def test_failing_open_as_the_docs_say(site: Path) -> None:
+    # docs/guide/gateway.md: serve the request instead of `return 500` in @ratelimit_refused.
+    port = free_port()  # nobody listens there
+    with nginx(site, free_port(), port, [FAIL_OPEN]) as url, httpx.Client(base_url=url) as http:
+        answer = http.get("/static/a.html")
+    assert (answer.status_code, answer.text) == (200, "static/a.html\n")
+
+
+def test_failing_open_never_passes_a_check_the_service_could_not_read(gateway: Gateway) -> None:
+    # A config that forgets X-Original-URI: the service answers 400, and even failing open
+    # nginx refuses rather than pass the request unchecked.
+    forgot = ("            proxy_set_header X-Original-URI $request_uri;\n", "")
+    port = free_port()
+    args = ["--rules", str(gateway.workdir / "ratelimit.toml"), "--storage", gateway.redis_url,
+            "--trusted-proxies", "127.0.0.1/32"]  # fmt: skip
+    with (
+        serve(gateway.workdir, port, args, {}),
+        nginx(gateway.workdir, free_port(), port, [FAIL_OPEN, forgot]) as url,
+        httpx.Client(base_url=url) as http,
+    ):
+        assert [http.get("/static/a.html").status_code for _ in range(2)] == [400, 400]
 
 
 async def test_one_budget_shared_with_a_python_app(site: Path, redis_url: str) -> None:
