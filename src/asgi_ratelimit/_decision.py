@@ -219,11 +219,12 @@ class Decision:
         return max(1, math.ceil(self.retry_after))
 
     def headers(self, style: HeaderStyle = "both") -> dict[str, str]:
-        """The response headers for this decision (``Retry-After`` included when refused)."""
+        """The response headers for this decision (``Retry-After`` included when refused);
+        ``"github"`` dates ``X-RateLimit-Reset`` on the wall clock."""
         return text_headers(self, style)
 
 
-HeaderStyle = Literal["both", "legacy", "ietf", "none"]
+HeaderStyle = Literal["both", "legacy", "ietf", "github", "none"]
 
 
 def decide_from(

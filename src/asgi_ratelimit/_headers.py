@@ -1,7 +1,9 @@
-"""Rate-limit response headers: the de-facto ``X-RateLimit-*`` and the IETF draft's fields.
+"""Rate-limit response headers: the de-facto ``X-RateLimit-*``, the IETF draft's fields and
+GitHub's.
 
-One renderer for every door. Per draft-ietf-httpapi-ratelimit-headers (-10, -11), one list
-member per policy that applied, as RFC 9651 structured fields::
+One renderer per style, for every door (`renderer_for`). Per
+draft-ietf-httpapi-ratelimit-headers (-10, -11), one list member per policy that applied, as
+RFC 9651 structured fields::
 
     RateLimit-Policy: "login";q=5;w=60, "search 10/second";q=10;w=1
     RateLimit: "login";r=0;t=48, "search 10/second";r=9;t=1
@@ -23,32 +25,41 @@ what it has left, and the seconds until it is full again. A refusal adds ``Retry
 
     renderer = HeaderRenderer("both")           # one per limiter: its caches are bounded
     renderer.render(decision)                   # [(b"x-ratelimit-limit", b"5"), ...]
+
+``headers="github"`` (`GitHubHeaderRenderer`) sends what GitHub's API sends instead:
+``X-RateLimit-Limit``/``-Remaining``/``-Used``/``-Resource`` (the binding policy's name) and
+``-Reset`` as the Unix time (whole seconds, rounded up) when its quota is full again.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ._in_flight import QUOTA_UNIT, InFlight
 
 if TYPE_CHECKING:
+    from ._clock import Clock
     from ._decision import Decision, HeaderStyle, PolicyStatus
 
 __all__ = [
     "HEADER_STYLES",
     "SF_INTEGER_MAX",
+    "GitHubHeaderRenderer",
     "HeaderRenderer",
     "RawHeader",
     "RawHeaders",
+    "Renderer",
+    "renderer_for",
     "text_headers",
     "whole_seconds",
 ]
 
 RawHeader = tuple[bytes, bytes]
 RawHeaders = list[RawHeader]
-HEADER_STYLES: tuple[str, ...] = ("both", "legacy", "ietf", "none")
+HEADER_STYLES: tuple[str, ...] = ("both", "legacy", "ietf", "github", "none")
 
 RETRY_AFTER = b"retry-after"
 LIMIT = b"x-ratelimit-limit"
@@ -56,6 +67,8 @@ REMAINING = b"x-ratelimit-remaining"
 RESET = b"x-ratelimit-reset"
 POLICY = b"ratelimit-policy"
 STATE = b"ratelimit"
+USED = b"x-ratelimit-used"
+RESOURCE = b"x-ratelimit-resource"
 #: The headers we set, as the names HTTP/1.1 spells them, for `text_headers`.
 _TEXT_NAMES = {
     RETRY_AFTER: "Retry-After",
@@ -64,11 +77,31 @@ _TEXT_NAMES = {
     RESET: "X-RateLimit-Reset",
     POLICY: "RateLimit-Policy",
     STATE: "RateLimit",
+    USED: "X-RateLimit-Used",
+    RESOURCE: "X-RateLimit-Resource",
 }
 #: The largest sf-integer (RFC 9651: at most 15 digits).
 SF_INTEGER_MAX = 999_999_999_999_999
 #: Policies whose encoded parts a renderer keeps.
 _CACHE_SIZE = 1024
+
+
+class Renderer(Protocol):
+    """What the doors ask of a header style: a decision's headers, as ASGI wants them."""
+
+    style: HeaderStyle
+    #: whether the headers depend on when they are rendered, not only on the decision
+    dated: bool
+
+    def render(self, decision: Decision) -> Sequence[RawHeader]: ...
+
+
+def renderer_for(style: HeaderStyle, clock: Clock | None = None) -> Renderer:
+    """The renderer of ``style``; ``clock`` (the backend's, else the wall clock) dates
+    GitHub's ``X-RateLimit-Reset``."""
+    if style == "github":
+        return GitHubHeaderRenderer(clock or time.time)
+    return HeaderRenderer(style)
 
 
 class HeaderRenderer:
@@ -78,10 +111,11 @@ class HeaderRenderer:
     each policy keeps its last headers, and many clients share the same numbers in a second.
     """
 
-    __slots__ = ("_ietf", "_legacy", "_policies", "style")
+    __slots__ = ("_ietf", "_legacy", "_policies", "dated", "style")
 
     def __init__(self, style: HeaderStyle = "both") -> None:
         self.style = style
+        self.dated = False
         self._legacy = style in ("both", "legacy")
         self._ietf = style in ("both", "ietf")
         # policy name -> its encoded parts (bounded).
@@ -192,11 +226,58 @@ class _Parts:
         return b"%s;r=%d;t=%d" % (self.name, _sf_int(remaining), whole_seconds(upcoming))
 
 
+class GitHubHeaderRenderer:
+    """GitHub's ``X-RateLimit-*``, for the binding policy: its capacity (``Limit``), what it
+    has left (``Remaining``) and has used (``Used``), its name (``Resource``), and when it is
+    full again as Unix time in whole seconds (``Reset``), rounded up: a client that waits
+    until then is never early. ``clock`` is the backend's (seconds since the epoch).
+
+        renderer = GitHubHeaderRenderer(time.time)
+        renderer.render(decision)   # [..., (b"x-ratelimit-reset", b"1728000060")]
+    """
+
+    __slots__ = ("_clock", "_resources", "dated", "style")
+
+    def __init__(self, clock: Clock) -> None:
+        self.style: HeaderStyle = "github"
+        self.dated = True
+        self._clock = clock
+        # policy name -> its X-RateLimit-Resource header (bounded)
+        self._resources: dict[str | None, RawHeader] = {}
+
+    def render(self, decision: Decision) -> RawHeaders:
+        """The headers of ``decision`` (``Retry-After`` included when refused)."""
+        headers: RawHeaders = []
+        if not decision.allowed:
+            retry_after = decision.retry_after_header
+            if retry_after is not None:
+                headers.append((RETRY_AFTER, b"%d" % retry_after))
+        if not decision.policies:
+            return headers
+        limit = _sf_int(decision.limit)
+        remaining = _sf_int(decision.remaining)
+        resource = self._resources.get(decision.policy)
+        if resource is None:
+            if len(self._resources) >= _CACHE_SIZE:
+                self._resources.clear()  # bounded: start over rather than grow
+            resource = (RESOURCE, _token(decision.policy or ""))
+            self._resources[decision.policy] = resource
+        headers += (
+            (LIMIT, b"%d" % limit),
+            (REMAINING, b"%d" % remaining),
+            (USED, b"%d" % (limit - remaining if limit > remaining else 0)),
+            resource,
+            (RESET, b"%d" % whole_seconds(self._clock() + max(0.0, decision.reset_after))),
+        )
+        return headers
+
+
 def text_headers(decision: Decision, style: HeaderStyle = "both") -> dict[str, str]:
-    """`HeaderRenderer.render` as a dict of text headers (``Decision.headers``)."""
+    """A renderer's headers as a dict of text headers (``Decision.headers``): GitHub's
+    ``X-RateLimit-Reset`` on the wall clock."""
     return {
         _TEXT_NAMES[name]: value.decode("latin-1")
-        for name, value in HeaderRenderer(style).render(decision)
+        for name, value in renderer_for(style).render(decision)
     }
 
 
@@ -214,7 +295,17 @@ def _sf_int(value: int) -> int:
     return max(0, min(SF_INTEGER_MAX, value))
 
 
+def _printable(value: str) -> str:
+    """``value`` in printable ASCII, the rest as ``?``: never a header's line break."""
+    return "".join(c if " " <= c <= "~" else "?" for c in value)
+
+
+def _token(value: str) -> bytes:
+    """A header value naming a policy (GitHub's ``X-RateLimit-Resource``)."""
+    return _printable(value).strip().encode("ascii")
+
+
 def _sf_string(value: str) -> bytes:
     """An RFC 9651 sf-string: printable ASCII only, with backslash and quote escaped."""
-    cleaned = "".join(c if " " <= c <= "~" else "?" for c in value)
+    cleaned = _printable(value)
     return ('"' + cleaned.replace("\\", "\\\\").replace('"', '\\"') + '"').encode("ascii")

@@ -23,7 +23,7 @@ from ._decision import Decision, FailurePolicy, Mode, Policy, PolicyStatus
 from ._engine import Engine
 from ._errors import ConfigurationError
 from ._events import DecisionEvent, Observer, Observers, outcome_of
-from ._headers import HEADER_STYLES, HeaderRenderer
+from ._headers import HEADER_STYLES, Renderer, renderer_for
 from ._identity import Identity
 from ._key_secret import KeyedStorage, KeySecret
 from ._load import LoadMonitor
@@ -126,7 +126,8 @@ class RateLimiter:
             raise ConfigurationError(f"validate={validate!r}: must be True or False")
         if headers not in HEADER_STYLES:
             raise ConfigurationError(
-                f"headers={headers!r}: unknown style (use 'both', 'legacy', 'ietf' or 'none')"
+                f"headers={headers!r}: unknown style "
+                "(use 'both', 'legacy', 'ietf', 'github' or 'none')"
             )
         if load is not None and not isinstance(load, LoadMonitor):
             raise ConfigurationError(
@@ -188,8 +189,9 @@ class RateLimiter:
             or self.overrides.shared
             or self.monitors
         )
-        #: the limiter's one header renderer (its caches are its own, and bounded)
-        self.renderer = HeaderRenderer(headers)
+        #: the limiter's one header renderer (its caches are its own, and bounded); GitHub's
+        #: dates its reset on the backend's clock (a backend without one: the wall clock)
+        self.renderer: Renderer = renderer_for(headers, getattr(self.backend, "clock", None))
         self._direct_limits: dict[
             str | Limit | tuple[Limit | str, ...], tuple[tuple[Limit, ...], tuple[Policy, ...]]
         ] = {}

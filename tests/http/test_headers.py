@@ -30,6 +30,8 @@ RATE_HEADERS = (
     "x-ratelimit-reset",
     "ratelimit-policy",
     "ratelimit",
+    "x-ratelimit-used",
+    "x-ratelimit-resource",
 )
 
 
@@ -117,6 +119,8 @@ async def test_default_algorithm_headers(
                   "ratelimit-policy", "ratelimit"}),
         ("legacy", {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}),
         ("ietf", {"ratelimit-policy", "ratelimit"}),
+        ("github", {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
+                    "x-ratelimit-used", "x-ratelimit-resource"}),
         ("none", set()),
     ],
 )  # fmt: skip

@@ -124,6 +124,20 @@ def test_default_limits_document_every_route_and_header_style_is_followed() -> N
     )
 
 
+def test_the_github_style_documents_github_s_headers() -> None:
+    limiter = RateLimiter(default_limits="1000/hour", headers="github")
+    app = build(limiter)
+    limiter.document(app)
+    responses = operations(app.openapi())[("/search", "get")]["responses"]
+    github = ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Used",
+              "X-RateLimit-Resource", "X-RateLimit-Reset"]  # fmt: skip
+    assert list(responses["200"]["headers"]) == github
+    assert list(responses["429"]["headers"]) == ["Retry-After", *github]
+    assert responses["200"]["headers"]["X-RateLimit-Reset"]["description"] == (
+        "When the quota is restored, in Unix time (seconds)."
+    )
+
+
 def test_a_rule_that_limits_no_request_documents_no_429() -> None:
     limiter = RateLimiter(
         default_limits="1000/hour",

@@ -87,6 +87,11 @@ class MemoryBackend:
         self._leases: MemoryLeases | None = None
 
     @property
+    def clock(self) -> Clock:
+        """The clock this backend decides on (seconds since the epoch)."""
+        return self._clock
+
+    @property
     def max_keys(self) -> int:
         """The most keys (one per key and limit) held at once."""
         return self._max_keys

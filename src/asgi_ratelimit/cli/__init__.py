@@ -3,6 +3,7 @@
     asgi-ratelimit --help
     asgi-ratelimit check ratelimit.toml
     asgi-ratelimit simulate "10/minute" --algorithm all --pattern boundary --plot boundary.png
+    asgi-ratelimit serve --rules ratelimit.toml --storage redis://localhost:6379/0
 
 Each command lives in a module of its own and registers itself on `app` when imported.
 """
@@ -21,4 +22,4 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import _overrides, _rules, _simulate, _storage  # noqa: F401  (each adds its commands)
+    from . import _overrides, _rules, _serve, _simulate, _storage  # noqa: F401  (each adds its commands)

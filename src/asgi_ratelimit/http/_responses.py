@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, NamedTuple
 
 from .._decision import Decision
-from .._headers import HeaderRenderer, RawHeader, RawHeaders, whole_seconds
+from .._headers import RawHeader, RawHeaders, Renderer, whole_seconds
 
 __all__ = [
     "PROBLEM_JSON",
@@ -55,15 +55,17 @@ class Denial(NamedTuple):
 class Responses:
     """The refusals of one limiter: its header style, its bounded caches."""
 
-    def __init__(self, renderer: HeaderRenderer) -> None:
+    def __init__(self, renderer: Renderer) -> None:
         self.renderer = renderer
+        # A dated style's headers change with the clock: each refusal renders its own.
+        self._keeps = not renderer.dated
         self._bodies: dict[tuple[object, ...], tuple[bytes, tuple[RawHeader, ...]]] = {}
         self._kept: dict[tuple[object, ...], Denial] = {}
 
     def refusal(self, decision: Decision) -> Denial:
         """The 429 (or, for a request that can never pass, the 413) of ``decision``."""
         policies = decision.policies
-        if len(policies) != 1:
+        if len(policies) != 1 or not self._keeps:
             return self._denial(decision)
         # One policy (the usual refusal), and a client over its limit keeps asking: the whole
         # answer is a function of the policy and four whole numbers, kept per them.

@@ -25,7 +25,7 @@ from starlette.responses import Response
 
 from .._decision import Decision, PolicyStatus, Settle
 from .._errors import ConfigurationError
-from .._headers import HeaderRenderer
+from .._headers import HeaderRenderer, Renderer
 from .._identity import Identity
 from .._log_once import LogOnce
 from .._rates import LimitsLike
@@ -77,7 +77,11 @@ class EndpointLimit:
         self._doors = doors
         self._responses = Responses(limiter.renderer)
         style = limiter.header_style
-        self._legacy = HeaderRenderer("legacy") if style in ("both", "legacy") else None
+        self._legacy: Renderer | None = None
+        if style in ("both", "legacy"):
+            self._legacy = HeaderRenderer("legacy")
+        elif style == "github":  # GitHub's fields speak for the binding policy too
+            self._legacy = limiter.renderer
         self._ietf = HeaderRenderer("ietf") if style in ("both", "ietf") else None
         self._log = LogOnce()
 

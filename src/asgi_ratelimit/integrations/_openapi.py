@@ -51,6 +51,16 @@ LEGACY_HEADERS: dict[str, dict[str, Any]] = {
     "X-RateLimit-Remaining": {"description": "Requests left now.", "schema": _INT},
     "X-RateLimit-Reset": {"description": "Seconds until the quota is restored.", "schema": _INT},
 }
+GITHUB_HEADERS: dict[str, dict[str, Any]] = {
+    "X-RateLimit-Limit": LEGACY_HEADERS["X-RateLimit-Limit"],
+    "X-RateLimit-Remaining": LEGACY_HEADERS["X-RateLimit-Remaining"],
+    "X-RateLimit-Used": {"description": "Requests used of the binding policy.", "schema": _INT},
+    "X-RateLimit-Resource": {"description": "The binding policy's name.", "schema": _STR},
+    "X-RateLimit-Reset": {
+        "description": "When the quota is restored, in Unix time (seconds).",
+        "schema": _INT,
+    },
+}
 IETF_HEADERS: dict[str, dict[str, Any]] = {
     "RateLimit-Policy": {
         "description": 'The policies that apply (draft-11), e.g. `"login";q=5;w=60`.',
@@ -137,6 +147,8 @@ def _headers_for(style: str) -> dict[str, dict[str, Any]]:
         headers.update(LEGACY_HEADERS)
     if style in ("both", "ietf"):
         headers.update(IETF_HEADERS)
+    if style == "github":
+        headers.update(GITHUB_HEADERS)
     return headers
 
 

@@ -51,7 +51,7 @@ class RateLimitSettings(BaseSettings):
     mode: Literal["enforce", "shadow", "off"] = "enforce"
     storage_url: str = "memory://"
     default_limits: str | None = None
-    headers: Literal["both", "legacy", "ietf", "none"] = "both"
+    headers: Literal["both", "legacy", "ietf", "github", "none"] = "both"
     trusted_proxies: str = ""
     on_backend_error: Literal["allow", "deny", "fallback"] = "allow"
     rules_file: Path | None = None

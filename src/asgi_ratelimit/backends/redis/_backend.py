@@ -205,6 +205,11 @@ class RedisBackend:
             self._topology = Topology(make_node(target.servers[0]))
 
     @property
+    def clock(self) -> Clock | None:
+        """The clock this backend decides on; None: the server's ``TIME``."""
+        return self._clock
+
+    @property
     def client(self) -> aioredis.Redis | aioredis.RedisCluster | None:
         """The redis-py client this backend was built from (None for `from_url`)."""
         return self._client

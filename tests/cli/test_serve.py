@@ -1,0 +1,53 @@
+"""``asgi-ratelimit serve``: a set-up that cannot work is one line and exit 2, at start-up,
+before any worker starts (tests/service runs the command behind a real nginx)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from asgi_ratelimit.cli import _register, app
+
+_register()
+runner = CliRunner()
+VARIABLES = ("RATELIMIT_RULES_FILE", "RATELIMIT_STORAGE_URL", "RATELIMIT_TRUSTED_PROXIES",
+             "RATELIMIT_SERVE_PROXY", "RATELIMIT_SERVE_LIMITER")  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # serve writes its options into the environment (for its workers): put it back after.
+    for name in VARIABLES:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ([], "error: the service's peer is the proxy: trust it to name the client, e.g. "
+             "RATELIMIT_TRUSTED_PROXIES=127.0.0.1/32 (serve --trusted-proxies)"),
+        (["--trusted-proxies", "127.0.0.1/33"], "error: RATELIMIT_TRUSTED_PROXIES='127.0.0.1/33'"),
+        (["--trusted-proxies", "127.0.0.1", "--proxy", "haproxy"],
+         "error: RATELIMIT_SERVE_PROXY='haproxy': use nginx, forwarded (Traefik, Caddy) or envoy"),
+        (["--trusted-proxies", "127.0.0.1", "--workers", "2"],
+         "error: --workers 2 on a memory backend: each worker would keep budgets of its own; "
+         "give a Redis URL (--storage)"),
+        (["--limiter", "json:dumps", "--rules", "r.toml"],
+         "error: --limiter brings its own rules and storage: give either it or --rules/--storage"),
+        (["--limiter", "json:dumps"],
+         "error: RATELIMIT_SERVE_LIMITER='json:dumps' is a function, not a RateLimiter"),
+        (["--limiter", "no_such_module_here:limiter"],
+         "error: RATELIMIT_SERVE_LIMITER='no_such_module_here:limiter': No module named"),
+        (["--trusted-proxies", "127.0.0.1", "--rules", "missing.toml"],
+         "error: rules file 'missing.toml': cannot be read"),
+    ],
+)  # fmt: skip
+def test_a_set_up_that_cannot_work_is_one_line(arguments: list[str], message: str) -> None:
+    result = runner.invoke(app, ["serve", *arguments])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(message), result.output
+    assert result.output.count("\n") == 1
