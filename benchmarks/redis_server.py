@@ -112,15 +112,19 @@ class RedisCluster:
             addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
             self.nodes[0].cli("--cluster", "create", *addresses, "--cluster-replicas", "0",
                               "--cluster-yes")  # fmt: skip
-            deadline = time.monotonic() + 20
-            while not all("cluster_state:ok" in n.cli("cluster", "info") for n in self.nodes):
-                if time.monotonic() > deadline:
-                    raise SystemExit("benchmarks: the Redis Cluster did not reach state ok")
-                time.sleep(0.05)
+            self.wait_ok()
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def wait_ok(self) -> None:
+        """Wait until every node says ``cluster_state:ok`` (after a start or a restart)."""
+        deadline = time.monotonic() + 30
+        while not all("cluster_state:ok" in n.cli("cluster", "info") for n in self.nodes):
+            if time.monotonic() > deadline:
+                raise SystemExit("benchmarks: the Redis Cluster did not reach state ok")
+            time.sleep(0.05)
 
     def __exit__(
         self,
