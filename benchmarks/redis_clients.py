@@ -36,7 +36,19 @@ from asgi_ratelimit.backends.redis._script import SCRIPT, SCRIPT_SHA, encode
 
 from .redis_server import RedisCluster, RedisServer
 
-__all__ = ["CLIENTS", "Target", "call_once", "clients_table", "main", "open_client"]
+__all__ = [
+    "CLIENTS",
+    "IDENTITIES",
+    "LOOPS",
+    "Call",
+    "Target",
+    "clients_table",
+    "main",
+    "open_client",
+    "redis_clients",
+    "requests",
+    "run_on",
+]
 
 CLIENTS = ("ours", "redis-py", "coredis", "valkey-glide")
 LOOPS = ("asyncio", "uvloop")
@@ -206,7 +218,7 @@ def _reloading(evalsha: Call, eval_: Call) -> Call:
     return call
 
 
-async def call_once(call: Call) -> None:
+async def _call_once(call: Call) -> None:
     """One call, its reply checked: our script's binary reply (3 checks: 16 + 7 * 8 * 3 bytes)."""
     reply = await call(0)
     if not isinstance(reply, bytes) or len(reply) != 184:
@@ -244,7 +256,7 @@ async def _measure(target: Target, rounds: int, scale: float) -> dict[str, Any]:
         calls: dict[str, Call] = {}
         for name in CLIENTS:
             calls[name] = await stack.enter_async_context(open_client(name, target))
-            await call_once(calls[name])
+            await _call_once(calls[name])
             await _batch(calls[name], WARM_UP, 50)
         for in_flight in IN_FLIGHT:
             n = max(in_flight, int(CALLS[in_flight] * scale))
