@@ -1,8 +1,8 @@
 """The benchmark runner: ``./benchmarks/run [--quick]`` (or ``python -m benchmarks`` in its venv).
 
 Phases: in-process overhead (memory and Redis; one limit, three limits, denied), a breakdown
-of our middleware by stage, memory per key, end to end under uvicorn + wrk, a profile, and one
-rule deciding the longest path a server passes on.
+of our middleware by stage, memory per key, end to end under uvicorn + wrk, a profile, one
+rule deciding the longest path a server passes on, and Redis clients side by side.
 Results go to docs/benchmarks.json, docs/benchmarks.md and docs/benchmarks.png, and a table to
 stdout.
 """
@@ -32,7 +32,7 @@ __all__ = ["main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PHASES = ("inproc", "breakdown", "memory", "e2e", "profile", "matching")
+PHASES = ("inproc", "breakdown", "memory", "e2e", "profile", "matching", "redis-clients")
 
 
 async def _build_all(
@@ -224,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
 
         print("one rule against the longest path", flush=True)
         results["matching"] = rule_matching()
+    if "redis-clients" in phases:
+        from .redis_client_outage import outage
+        from .redis_clients import redis_clients
+
+        print("redis clients", flush=True)
+        results["redis_clients"] = {"speed": redis_clients(quick), "outage": outage()}
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
 
     print_tables(results)

@@ -239,6 +239,10 @@ def print_tables(results: dict[str, Any]) -> None:
         print()
         for line in _matching_lines(results["matching"]):
             print(line)
+    if "redis_clients" in results:
+        print()
+        for line in _redis_client_lines(results["redis_clients"]):
+            print(line)
     print("\ntargets:")
     for target, measured, verdict in targets(results):
         print(f"  {verdict:12} {measured:>22}  {target}")
@@ -338,6 +342,8 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             "",
             *_matching_lines(results["matching"]),
         ]
+    if results.get("redis_clients"):
+        lines += ["", *_redis_client_lines(results["redis_clients"])]
     profile = results.get("profile")
     if profile:
         lines += [
@@ -384,6 +390,32 @@ def _breakdown_lines(data: dict[str, Any] | None) -> list[str]:
         for name, row in data["stages"].items()
     ]
     return lines
+
+
+def _redis_client_lines(data: dict[str, Any]) -> list[str]:
+    from .redis_client_outage import outage_table
+    from .redis_clients import clients_table
+
+    speed = data["speed"]
+    return [
+        "## Redis clients: ours against redis-py, coredis and valkey-glide (issue 26)",
+        "",
+        "The same `EVALSHA` of our script (three limits, 64 identities in turn) through each",
+        "client; per call latency (median, p99), calls per second and the process's CPU time",
+        "per call (all threads), one call at a time and with 50 in flight, on one redis-server",
+        "and on a 3-master Cluster, on asyncio and uvloop. Each cell: the median of",
+        f"{speed['rounds']} rounds [lowest-highest]. The last column: the best peer's (by",
+        "calls/s) median latency and CPU per call over ours, our calls/s over its; 1.20x is",
+        "the issue's bar for keeping code of our own. `benchmarks/redis_clients.py`.",
+        "",
+        *clients_table(speed),
+        "",
+        "What each does when the server is killed (SIGKILL) under load and restarted 1 s later,",
+        "stalls, or meets a busy event loop or a burst (`benchmarks/redis_client_outage.py`",
+        "says how each is taken; timeouts 0.5 s, 50 ms for the stall and the busy loop):",
+        "",
+        *outage_table(data["outage"]),
+    ]
 
 
 def _matching_lines(rows: dict[str, Any]) -> list[str]:
