@@ -143,41 +143,20 @@ class MemoryBackend:
                     old_slot = old.find(key)
                     state = old.read(key, old_slot, now)
             outcome = DECIDERS[algorithm](state, now, limit, cost)
-            if cost and outcome.allowed:
-                if not consume:  # it would pass; what is left now is what a cost of 0 leaves
-                    outcome = DECIDERS[algorithm](state, now, limit, 0)
-                elif outcome.state is not None:
-                    expires_at = now + outcome.ttl_us
-                    self._write(
-                        table_id,
-                        algorithm,
-                        limit,
-                        key,
-                        young,
-                        slot,
-                        outcome.state,
-                        expires_at,
-                        old,
-                        old_slot,
-                        now,
-                    )
-                    return [outcome], now
-            if consume and state is not None and old is not None:
+            if cost and outcome.allowed and not consume:
+                # It would pass; what is left now is what a cost of 0 leaves.
+                outcome = DECIDERS[algorithm](state, now, limit, 0)
+            elif cost and outcome.allowed and outcome.state is not None:
+                expires_at = now + outcome.ttl_us
+                self._write(
+                    table_id, limit, key, young, slot, outcome.state, expires_at, old, old_slot, now
+                )
+            elif consume and old is not None and state is not None:
                 # A key that is being denied is busy, not idle: it moves out of the generation
                 # that is dropped next, so a flood of new keys cannot reset its quota.
                 expires_at = old.expires_at(key, old_slot)
                 self._write(
-                    table_id,
-                    algorithm,
-                    limit,
-                    key,
-                    young,
-                    slot,
-                    state,
-                    expires_at,
-                    old,
-                    old_slot,
-                    now,
+                    table_id, limit, key, young, slot, state, expires_at, old, old_slot, now
                 )
             return [outcome], now
 
@@ -311,7 +290,7 @@ class MemoryBackend:
         if state is not None and touch:
             expires_at = old.expires_at(key, old_slot)
             self._write(
-                table_id, kind, limit, key, young, slot, state, expires_at, old, old_slot, now
+                table_id, limit, key, young, slot, state, expires_at, old, old_slot, now, kind
             )
         return state
 
@@ -331,12 +310,11 @@ class MemoryBackend:
         slot = -1 if young is None else young.find(key)
         old = self._old.get(table_id)
         old_slot = -1 if old is None else old.find(key)
-        self._write(table_id, kind, limit, key, young, slot, state, expires_at, old, old_slot, now)
+        self._write(table_id, limit, key, young, slot, state, expires_at, old, old_slot, now, kind)
 
     def _write(
         self,
         table_id: str,
-        kind: str,
         limit: Limit,
         key: str,
         young: PackedTable | None,
@@ -346,10 +324,13 @@ class MemoryBackend:
         old: PackedTable | None,
         old_slot: int,
         now: int,
+        kind: str = "",
     ) -> None:
         """`_store` at the slots found in the young table (``young``, None when there is
-        none yet) and the old one (``old``: None when the key was not looked for there)."""
+        none yet) and the old one (``old``: None when the key was not looked for there);
+        ``kind`` is `_BLOCKS` for a block, else the limit's algorithm."""
         if young is None:
+            kind = kind or limit.algorithm
             record = RECORDS.get(kind)
             young = PackedTable(None if record is None else record(limit), _ARITY[kind])
             self._young[table_id] = young
@@ -382,15 +363,14 @@ class MemoryBackend:
             self._young_full = self._young_size > self._half
             self._sweep_steps = 0
         self._sweep_steps += 1
-        if self._sweep_slice(now) or len(self) > self._max_keys:
+        if self._sweep_slice(self._sweeping, now) or len(self) > self._max_keys:
             # (past max_keys before the sweep is over: a flood faster than sweeps, which
             # start early enough for that not to happen twice, see _turn_over)
             self._turn_over()
 
-    def _sweep_slice(self, now: int) -> bool:
-        """The next slice of the sweep under way; True when it is over."""
-        sweeping = self._sweeping
-        assert sweeping is not None
+    def _sweep_slice(self, sweeping: list[tuple[bool, str, PackedTable]], now: int) -> bool:
+        """The next slice of the sweep under way (``sweeping``: the tables it has still to
+        visit); True when it is over."""
         budget = MOVES
         while sweeping:
             young, table_id, table = sweeping[-1]
