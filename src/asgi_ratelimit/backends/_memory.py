@@ -84,12 +84,6 @@ class MemoryBackend:
         # budget -> limit id -> table id: the one-check path looks its table id up instead of
         # building (and hashing) a new string per request. Bounded: budgets hold paths.
         self._table_ids: dict[str, dict[str, str]] = {}
-        # The last budget and limit it looked a table id up for, and that id (read and
-        # written under the lock): most requests meet the same rule's objects as the one
-        # before, and two identity tests replace both lookups.
-        self._last_budget: object = None
-        self._last_limit: object = None
-        self._last_table_id = ""
         self._leases: MemoryLeases | None = None
 
     @property
@@ -123,13 +117,7 @@ class MemoryBackend:
             key, limit, cost, budget, block = checks[0]
             if block is not None:
                 return self._decide_many(checks, now, consume), now
-            if budget:
-                if self._last_budget is budget and self._last_limit is limit:  # as last time
-                    table_id = self._last_table_id
-                else:
-                    table_id = self._table_id_of(limit, budget)
-            else:
-                table_id = limit.id
+            table_id = self._table_id_of(limit, budget) if budget else limit.id
             algorithm = limit.algorithm
             # One probe per generation: the slot found in each is the one read and written.
             young = self._young.get(table_id)
@@ -169,7 +157,6 @@ class MemoryBackend:
                     self._table_ids.clear()
                 ids = self._table_ids[budget] = {}
             table_id = ids[limit.id] = _table_id(limit, budget)
-        self._last_budget, self._last_limit, self._last_table_id = budget, limit, table_id
         return table_id
 
     def _decide_many(self, checks: Sequence[Check], now: int, consume: bool) -> list[Outcome]:
@@ -327,8 +314,9 @@ class MemoryBackend:
         kind: str = "",
     ) -> None:
         """`_store` at the slots found in the young table (``young``, None when there is
-        none yet) and the old one (``old``: None when the key was not looked for there);
-        ``kind`` is `_BLOCKS` for a block, else the limit's algorithm."""
+        none yet) and the old one (``old``, None when there is none; looked for whenever the
+        young one holds no live state of the key); ``kind`` is `_BLOCKS` for a block, else
+        the limit's algorithm."""
         if young is None:
             kind = kind or limit.algorithm
             record = RECORDS.get(kind)
@@ -338,15 +326,18 @@ class MemoryBackend:
         if not young.write(key, slot, state, expires_at):
             return  # the common case: an update in place
         self._young_size += 1
-        if old is None:
-            old = self._old.get(table_id)
-            old_slot = -1 if old is None else old.find(key)
         if old is not None and old.remove(key, old_slot):
             self._old_size -= 1
-        self._maintain(now)
+        if (
+            self._sweeping is not None
+            or self._young_size > self._half
+            or self._young_size + self._old_size > self._sweep_at
+        ):
+            self._maintain(now)
 
     def _maintain(self, now: int) -> None:
-        """Sweep expired state, a slice per new key; then make room in the young generation.
+        """Sweep expired state, a slice per new key once a sweep is due or under way; then
+        make room in the young generation.
 
         A sweep starts when the young generation passes half of ``max_keys`` or the backend
         has doubled since the last one (or nears ``max_keys``), and visits `MOVES` slots per
@@ -356,8 +347,6 @@ class MemoryBackend:
         than one slice of it.
         """
         if self._sweeping is None:
-            if self._young_size <= self._half and len(self) <= self._sweep_at:
-                return
             self._sweeping = [(True, table_id, table) for table_id, table in self._young.items()]
             self._sweeping += [(False, table_id, table) for table_id, table in self._old.items()]
             self._young_full = self._young_size > self._half

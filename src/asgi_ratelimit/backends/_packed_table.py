@@ -72,7 +72,7 @@ class _Moving:
     def __init__(self, slots: array[int], capacity: int) -> None:
         self.slots = slots
         self.capacity = capacity
-        self.cursor = 0  # the slots before it are moved (or free)
+        self.cursor = 0  # the records before it are moved (and ignored where they were)
 
 
 class PackedTable:
@@ -107,7 +107,7 @@ class PackedTable:
         # the next sweep that runs.
         self._earliest = _LATEST
         # Earlier arrays whose records are being moved into this one, oldest first, and how
-        # many records they hold.
+        # many of their records are still to move.
         self._moving: list[_Moving] = []
         self._pending = 0
         # The sweep under way: the slots before _swept are visited, then the spilled keys of
@@ -187,7 +187,7 @@ class PackedTable:
         elif self._size + self._removed + self._pending >= self._grow_at:
             self._rebuild(self._size + self._pending + 1)
             slots = self._slots
-            index = _free_slot(slots, self._capacity, hashed)
+            index = -2 - _probe(slots, self._capacity, hashed)  # (a hash it does not hold)
         slots[2 * index] = hashed
         slots[2 * index + 1] = value
         self._size += 1
@@ -320,17 +320,23 @@ class PackedTable:
         slots = self._slots
         capacity = self._capacity
         moved = 0
-        for index in range(start, end):
-            hashed = source[2 * index]
+        # The records stay where they were: a lookup there only counts those from the
+        # cursor on (see _take), and probes there keep ending where they ended.
+        numbers = iter(source[2 * start : 2 * end])
+        for hashed, value in zip(numbers, numbers, strict=True):
             if hashed:
-                target = _free_slot(slots, capacity, hashed)
+                # The first free slot of its probe: usually the first, which needs no step.
+                target = hashed % capacity
+                if slots[2 * target]:
+                    step = hashed % (capacity - 1) + 1
+                    while slots[2 * target]:
+                        target += step
+                        if target >= capacity:
+                            target -= capacity
                 if slots[2 * target + 1] == _REMOVED:
                     self._removed -= 1
                 slots[2 * target] = hashed
-                slots[2 * target + 1] = source[2 * index + 1]
-                # (the source's copy goes: a lookup that misses here must not find it there)
-                source[2 * index] = 0
-                source[2 * index + 1] = _REMOVED
+                slots[2 * target + 1] = value
                 moved += 1
         self._size += moved
         self._pending -= moved
@@ -346,12 +352,13 @@ class PackedTable:
         for moving in self._moving:
             source = moving.slots
             index = _probe(source, moving.capacity, hashed)
-            if index >= 0:
+            if index >= moving.cursor:  # (before it: moved already)
                 slots = self._slots
                 if slots[2 * free + 1] == _REMOVED:
                     self._removed -= 1
                 slots[2 * free] = hashed
                 slots[2 * free + 1] = source[2 * index + 1]
+                # Removed there: once removed here, the key must not be found there again.
                 source[2 * index] = 0
                 source[2 * index + 1] = _REMOVED
                 self._size += 1
@@ -395,18 +402,6 @@ def _probe(slots: array[int], capacity: int, hashed: int) -> int:
         index += step
         if index >= capacity:
             index -= capacity
-
-
-def _free_slot(slots: array[int], capacity: int, hashed: int) -> int:
-    """The first free slot of the probe of ``hashed``, a hash the array does not hold."""
-    index = hashed % capacity
-    if slots[2 * index]:
-        step = hashed % (capacity - 1) + 1
-        while slots[2 * index]:
-            index += step
-            if index >= capacity:
-                index -= capacity
-    return index
 
 
 def _capacity_for(size: int) -> int:
