@@ -143,6 +143,16 @@ def test_a_sweep_drops_what_expired_and_gives_its_memory_back() -> None:
     assert keep.get("a", NOW + 1_000_000) == (NOW // hour.period_us, 1)
 
 
+def test_states_kept_as_they_are_are_swept_a_slice_at_a_time_too() -> None:
+    # A table of no records (the log's, the blocks'): its sweep visits the spilled keys.
+    table = PackedTable(None, arity=2)
+    for i in range(1000):
+        table.put(f"k{i}", (NOW, NOW + i), NOW + 1_000_000 + i % 2 * 3_600_000_000)
+    assert _sweep(table, NOW + 2_000_000) == 500
+    assert table.get("k0", NOW + 2_000_000) is None
+    assert table.get("k1", NOW + 2_000_000) == (NOW, NOW + 1)
+
+
 def test_merging_keeps_every_key_of_both_tables() -> None:
     limit = Limit("5/minute")
     window = NOW // limit.period_us

@@ -248,9 +248,12 @@ class PackedTable:
         capacity = self._capacity
         visited = 0
         if self._swept < capacity:
-            visited = self._sweep_records(now, min(capacity, self._swept + budget))
-            if self._swept < capacity:
-                return visited, False
+            if self._size:
+                visited = self._sweep_records(now, min(capacity, self._swept + budget))
+                if self._swept < capacity:
+                    return visited, False
+            else:  # no record (the log's and the blocks' tables hold none)
+                self._swept = capacity
             self._sweep_keys = list(self._spilled)  # (a C copy: no Python step per key)
         keys = self._sweep_keys
         start = self._swept - capacity
