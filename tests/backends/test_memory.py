@@ -199,6 +199,20 @@ async def test_idle_keys_are_dropped_before_live_ones(clock: FakeClock) -> None:
         assert not (await backend.peek([Check(f"long-{i}", long)]))[0].allowed
 
 
+async def test_logs_are_swept_and_bounded_like_records(clock: FakeClock) -> None:
+    backend = MemoryBackend(clock=clock, max_keys=50)
+    limit = Limit("2/second", algorithm="sliding_window_log")
+    for i in range(200):
+        await backend.hit([Check(f"k{i}", limit), Check(f"k{i}", limit)])
+        clock.advance(0.1)
+        assert len(backend) <= 50
+    assert len(backend) < 30  # the expired logs are swept: 9 are live
+    # The last second's keys are all kept, each with its two requests logged (k190's ended
+    # as the clock reached k200's turn).
+    for i in range(191, 200):
+        assert not (await backend.peek([Check(f"k{i}", limit)]))[0].allowed
+
+
 async def test_reset_reaches_keys_of_both_generations(clock: FakeClock) -> None:
     backend = MemoryBackend(clock=clock, max_keys=10)
     limit, other = Limit("1/hour"), Limit("1/hour", algorithm="gcra")

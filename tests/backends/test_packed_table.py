@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from asgi_ratelimit import Limit, MemoryBackend
 from asgi_ratelimit.algorithms import DECIDERS
 from asgi_ratelimit.backends import Check
-from asgi_ratelimit.backends._packed_table import PackedTable
+from asgi_ratelimit.backends._packed_table import MOVES, PackedTable
 from asgi_ratelimit.backends._records import RECORDS, ArrivalRecord, FixedWindowRecord
 
 PACKED = pytest.mark.parametrize("algorithm", sorted(RECORDS))
@@ -116,6 +116,15 @@ def test_a_table_answers_as_a_dict_of_its_keys(ops: list[tuple[str, int, float]]
         assert table.get(f"user:{number}", NOW) == model.get(f"user:{number}")
 
 
+def _sweep(table: PackedTable, now: int) -> int:
+    """Run a whole sweep, a slice at a time; the keys left."""
+    while True:
+        visited, over = table.sweep(now)
+        assert visited <= MOVES
+        if over:
+            return len(table)
+
+
 def test_a_sweep_drops_what_expired_and_gives_its_memory_back() -> None:
     second, hour = Limit("1/second"), Limit("1/hour")
     table = PackedTable(FixedWindowRecord(second), arity=2)
@@ -125,26 +134,136 @@ def test_a_sweep_drops_what_expired_and_gives_its_memory_back() -> None:
         count = 0.5 if i % 4 == 0 else 1
         assert table.put(f"k{i}", (window, count), (window + 1) * second.period_us)
     grown = len(table._slots)
-    assert table.sweep(NOW) == 1000  # nothing expired yet
-    assert table.sweep(NOW + 1_000_000) == 0
+    assert table.sweep(NOW) == (0, True)  # nothing expired yet: nothing to visit
+    assert _sweep(table, NOW + 1_000_000) == 0
     assert len(table) == 0 and len(table._slots) < grown // 50
     keep = PackedTable(FixedWindowRecord(hour), arity=2)
     keep.put("a", (NOW // hour.period_us, 1), NOW + 3_600_000_000)
-    assert keep.sweep(NOW + 1_000_000) == 1
+    assert _sweep(keep, NOW + 1_000_000) == 1
     assert keep.get("a", NOW + 1_000_000) == (NOW // hour.period_us, 1)
+
+
+def test_states_kept_as_they_are_are_swept_a_slice_at_a_time_too() -> None:
+    # A table of no records (the log's, the blocks'): its sweep visits the spilled keys.
+    table = PackedTable(None, arity=2)
+    for i in range(1000):
+        table.put(f"k{i}", (NOW, NOW + i), NOW + 1_000_000 + i % 2 * 3_600_000_000)
+    assert _sweep(table, NOW + 2_000_000) == 500
+    assert table.get("k0", NOW + 2_000_000) is None
+    assert table.get("k1", NOW + 2_000_000) == (NOW, NOW + 1)
 
 
 def test_merging_keeps_every_key_of_both_tables() -> None:
     limit = Limit("5/minute")
     window = NOW // limit.period_us
     young, old = (PackedTable(FixedWindowRecord(limit), arity=2) for _ in range(2))
-    for i in range(300):
+    for i in range(3000):
         state = (window, 1 + i % 3 if i % 5 else 0.5)
         (young if i % 2 else old).put(f"k{i}", state, (window + 1) * limit.period_us)
-    old.merge(young)
-    assert len(old) == 300
-    for i in range(300):
+    old.merge(young)  # moved in later, a slice per operation
+    assert len(old) == 3000 and old._moving
+    for i in range(3000):
         assert old.get(f"k{i}", NOW) == (window, 1 + i % 3 if i % 5 else 0.5)
+    assert not old._moving and len(old) == 3000
+
+
+def _rebuilding(limit: Limit, keys: int) -> PackedTable:
+    """A table of ``keys`` keys or more, with a rebuild under way."""
+    table = PackedTable(FixedWindowRecord(limit), arity=2)
+    window = NOW // limit.period_us
+    for i in range(keys * 2):
+        table.put(f"user:{i}", (window, 1), (window + 1) * limit.period_us)
+        if i >= keys and table._moving:
+            return table
+    raise AssertionError("no rebuild started")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "put", "get", "pop", "sweep", "sweep", "later"]),
+            st.integers(min_value=0, max_value=2200),  # key (the first 2000 are held)
+            st.sampled_from([1, 2, 1.5]),  # count (1.5 does not pack)
+        ),
+        max_size=400,
+    )
+)
+def test_every_key_keeps_its_state_through_a_rebuild_and_sweeps(
+    ops: list[tuple[str, int, float]],
+) -> None:
+    # Records being moved from the old array, looked up in either, removed, swept a slice at
+    # a time while they move, and written in later windows: the table answers as a dict of
+    # its live keys, and a sweep that is over leaves exactly those.
+    limit = Limit("5/minute")
+    period = limit.period_us
+    table = _rebuilding(limit, 2000)
+    window = NOW // period
+    live: dict[str, tuple[tuple[int, float], int]] = {
+        f"user:{i}": ((window, 1), (window + 1) * period) for i in range(len(table))
+    }
+    now = NOW
+    for op, number, count in ops:
+        key = f"user:{number}"
+        held = live.get(key)
+        if held is not None and held[1] <= now:
+            held = None  # expired: held or swept, it answers as no state
+        if op == "put":
+            state, expires_at = (now // period, count), (now // period + 1) * period
+            new = table.put(key, state, expires_at)
+            assert new or key in live
+            if held is None and key not in live:
+                assert new
+            live[key] = (state, expires_at)
+        elif op == "pop":
+            popped = table.pop(key)
+            assert popped == (key in live) or held is None
+            live.pop(key, None)
+        elif op == "sweep":
+            visited, over = table.sweep(now)
+            assert visited <= MOVES
+            if over:
+                live = {k: v for k, v in live.items() if v[1] > now}
+                assert len(table) == len(live)
+        elif op == "later":
+            now += period
+        entry = live.get(key)
+        assert table.get(key, now) == (None if entry is None or entry[1] <= now else entry[0])
+    for key, (state, expires_at) in live.items():
+        assert table.get(key, now) == (state if expires_at > now else None)
+    assert _sweep(table, now) == sum(1 for _, e in live.values() if e > now)
+
+
+def test_no_call_moves_or_sweeps_more_than_the_bound_while_the_backend_grows() -> None:
+    # 200,000 new keys, half of them expiring within ten seconds, in a backend of 100,000
+    # keys at most: tables grow (rebuilds), sweeps drop the expired keys, and the generations
+    # turn over (merges, and an old generation dropped). Each call's slots moved and visited,
+    # counted in every table, stay under the bound: one `MOVES` per table looked up (two
+    # generations), one sweep slice, and a key taken at once from an array being moved.
+    now = [NOW / 1_000_000]
+    backend = MemoryBackend(clock=lambda: now[0], max_keys=100_000)
+    # (fixed windows: the hour's keys stay live until the end, the ten seconds' expire)
+    limits = [Limit(text, algorithm="fixed_window") for text in ("100/hour", "1/10 seconds")]
+    tables: dict[int, PackedTable] = {}
+
+    def work() -> int:
+        for generation in (backend._young, backend._old):
+            for table in generation.values():
+                tables[id(table)] = table
+        return sum(table.work for table in tables.values())
+
+    most = 0
+    done = work()
+    for i in range(200_000):
+        backend.decide([Check(f"user:{i}", limits[i % 2])])
+        total = work()
+        most = max(most, total - done)
+        done = total
+        assert len(backend) <= 100_000
+        now[0] += 0.000_3
+    assert MOVES < most <= 3 * MOVES + 2
+    # Each turnover starts new young tables: the generations turned over again and again.
+    assert len(tables) >= 8
 
 
 def _bytes_per_key(algorithm: str, n: int) -> float:

@@ -12,7 +12,7 @@ from .._rates import Limit
 from ..algorithms import DECIDERS, NEVER, Outcome, State
 from ..algorithms.refund import REFUNDS
 from ._leases import MemoryLeases
-from ._packed_table import PackedTable
+from ._packed_table import MOVES, PackedTable
 from ._protocol import Check
 from ._records import RECORDS
 
@@ -72,18 +72,18 @@ class MemoryBackend:
         self._old_size = 0
         self._half = max_keys // 2
         self._sweep_at = min(max_keys, _FIRST_SWEEP)
+        # The sweep under way (see _maintain): the tables it has still to visit, each with
+        # its generation (True: young) and id; whether the young generation was full when it
+        # started; how many new keys it has taken so far.
+        self._sweeping: list[tuple[bool, str, PackedTable]] | None = None
+        self._young_full = False
+        self._sweep_steps = 0
         self._lock = threading.Lock()
         # The latest instant any decision used: time never steps back below it (see decide).
         self._last_now = 0
         # budget -> limit id -> table id: the one-check path looks its table id up instead of
         # building (and hashing) a new string per request. Bounded: budgets hold paths.
         self._table_ids: dict[str, dict[str, str]] = {}
-        # The last budget and limit it looked a table id up for, and that id (read and
-        # written under the lock): most requests meet the same rule's objects as the one
-        # before, and two identity tests replace both lookups.
-        self._last_budget: object = None
-        self._last_limit: object = None
-        self._last_table_id = ""
         self._leases: MemoryLeases | None = None
 
     @property
@@ -122,25 +122,35 @@ class MemoryBackend:
             key, limit, cost, budget, block = checks[0]
             if block is not None:
                 return self._decide_many(checks, now, consume), now
-            if budget:
-                if self._last_budget is budget and self._last_limit is limit:  # as last time
-                    table_id = self._last_table_id
-                else:
-                    table_id = self._table_id_of(limit, budget)
-            else:
-                table_id = limit.id
+            table_id = self._table_id_of(limit, budget) if budget else limit.id
             algorithm = limit.algorithm
-            table = self._young.get(table_id)
-            state = None if table is None else table.get(key, now)
+            # One probe per generation: the slot found in each is the one read and written.
+            young = self._young.get(table_id)
+            slot = -1 if young is None else young.find(key)
+            state = None if young is None else young.read(key, slot, now)
+            old = None
+            old_slot = -1
             if state is None:  # (a key is in one generation at most: see _state)
-                state = self._old_state(table_id, algorithm, limit, key, now, consume)
+                old = self._old.get(table_id)
+                if old is not None:
+                    old_slot = old.find(key)
+                    state = old.read(key, old_slot, now)
             outcome = DECIDERS[algorithm](state, now, limit, cost)
-            if cost and outcome.allowed:
-                if not consume:  # it would pass; what is left now is what a cost of 0 leaves
-                    outcome = DECIDERS[algorithm](state, now, limit, 0)
-                elif outcome.state is not None:
-                    expires_at = now + outcome.ttl_us
-                    self._store(table_id, algorithm, limit, key, outcome.state, expires_at, now)
+            if cost and outcome.allowed and not consume:
+                # It would pass; what is left now is what a cost of 0 leaves.
+                outcome = DECIDERS[algorithm](state, now, limit, 0)
+            elif cost and outcome.allowed and outcome.state is not None:
+                expires_at = now + outcome.ttl_us
+                self._write(
+                    table_id, limit, key, young, slot, outcome.state, expires_at, old, old_slot, now
+                )
+            elif consume and old is not None and state is not None:
+                # A key that is being denied is busy, not idle: it moves out of the generation
+                # that is dropped next, so a flood of new keys cannot reset its quota.
+                expires_at = old.expires_at(key, old_slot)
+                self._write(
+                    table_id, limit, key, young, slot, state, expires_at, old, old_slot, now
+                )
             return [outcome], now
 
     def _table_id_of(self, limit: Limit, budget: str) -> str:
@@ -152,7 +162,6 @@ class MemoryBackend:
                     self._table_ids.clear()
                 ids = self._table_ids[budget] = {}
             table_id = ids[limit.id] = _table_id(limit, budget)
-        self._last_budget, self._last_limit, self._last_table_id = budget, limit, table_id
         return table_id
 
     def _decide_many(self, checks: Sequence[Check], now: int, consume: bool) -> list[Outcome]:
@@ -230,7 +239,8 @@ class MemoryBackend:
                     continue
                 table = self._young[table_id]  # a live state read to be written is young
                 refunded = REFUNDS[limit.algorithm](state, at, limit, cost)
-                table.put(key, refunded, table.expires_at(key))
+                slot = table.find(key)
+                table.write(key, slot, refunded, table.expires_at(key, slot))
 
     async def hit(self, checks: Sequence[Check]) -> list[Outcome]:
         return self.decide(checks)[0]
@@ -256,26 +266,24 @@ class MemoryBackend:
     def _state(
         self, table_id: str, kind: str, limit: Limit, key: str, now: int, touch: bool
     ) -> State | None:
-        """The live state of a key; ``touch`` makes it young (`_old_state`)."""
-        table = self._young.get(table_id)
-        state = None if table is None else table.get(key, now)
-        if state is None:
-            # A key is in one generation at most: expired in the young one, it is in neither.
-            return self._old_state(table_id, kind, limit, key, now, touch)
-        return state
-
-    def _old_state(
-        self, table_id: str, kind: str, limit: Limit, key: str, now: int, touch: bool
-    ) -> State | None:
-        """The live state of a key not in the young generation; ``touch`` makes it young."""
-        table = self._old.get(table_id)
-        if table is None:
+        """The live state of a key; ``touch`` moves it from the old generation to the young
+        one (a key is in one generation at most: expired in the young one, it is in
+        neither)."""
+        young = self._young.get(table_id)
+        slot = -1 if young is None else young.find(key)
+        state = None if young is None else young.read(key, slot, now)
+        if state is not None:
+            return state
+        old = self._old.get(table_id)
+        if old is None:
             return None
-        state = table.get(key, now)
+        old_slot = old.find(key)
+        state = old.read(key, old_slot, now)
         if state is not None and touch:
-            # A key that is being denied is busy, not idle: keep it out of the generation that
-            # is dropped next, so a flood of new keys cannot reset its quota.
-            self._store(table_id, kind, limit, key, state, table.expires_at(key), now)
+            expires_at = old.expires_at(key, old_slot)
+            self._write(
+                table_id, limit, key, young, slot, state, expires_at, old, old_slot, now, kind
+            )
         return state
 
     def _store(
@@ -290,41 +298,106 @@ class MemoryBackend:
     ) -> None:
         """Hold a key's state in the young generation (moving it from the old one if it is
         there); ``kind`` is its algorithm's name, or `_BLOCKS`."""
-        table = self._young.get(table_id)
-        if table is None:
+        young = self._young.get(table_id)
+        slot = -1 if young is None else young.find(key)
+        old = self._old.get(table_id)
+        old_slot = -1 if old is None else old.find(key)
+        self._write(table_id, limit, key, young, slot, state, expires_at, old, old_slot, now, kind)
+
+    def _write(
+        self,
+        table_id: str,
+        limit: Limit,
+        key: str,
+        young: PackedTable | None,
+        slot: int,
+        state: State,
+        expires_at: int,
+        old: PackedTable | None,
+        old_slot: int,
+        now: int,
+        kind: str = "",
+    ) -> None:
+        """`_store` at the slots found in the young table (``young``, None when there is
+        none yet) and the old one (``old``, None when there is none; looked for whenever the
+        young one holds no live state of the key); ``kind`` is `_BLOCKS` for a block, else
+        the limit's algorithm."""
+        if young is None:
+            kind = kind or limit.algorithm
             record = RECORDS.get(kind)
-            table = PackedTable(None if record is None else record(limit), _ARITY[kind])
-            self._young[table_id] = table
-        if not table.put(key, state, expires_at):
+            young = PackedTable(None if record is None else record(limit), _ARITY[kind])
+            self._young[table_id] = young
+            slot = young.find(key)
+        if not young.write(key, slot, state, expires_at):
             return  # the common case: an update in place
         self._young_size += 1
-        old = self._old.get(table_id)
-        if old is not None and old.pop(key):
+        if old is not None and old.remove(key, old_slot):
             self._old_size -= 1
-        if self._young_size > self._half or self._young_size + self._old_size > self._sweep_at:
+        if (
+            self._sweeping is not None
+            or self._young_size > self._half
+            or self._young_size + self._old_size > self._sweep_at
+        ):
             self._maintain(now)
 
     def _maintain(self, now: int) -> None:
-        """Sweep expired state; then make room in the young generation.
+        """Sweep expired state, a slice per new key once a sweep is due or under way; then
+        make room in the young generation.
 
-        Runs when the young generation passes half of ``max_keys`` or the backend has doubled
-        since the last sweep (or passed ``max_keys``). Each run (one pass over the entries)
-        leaves room for an eighth of ``max_keys`` new keys, so its cost is O(1) per new key.
+        A sweep starts when the young generation passes half of ``max_keys`` or the backend
+        has doubled since the last one (or nears ``max_keys``), and visits `MOVES` slots per
+        new key (a table with nothing expired counts one) until it has seen every table; its
+        end turns the generations over (`_turn_over`). Each sweep leaves room for an eighth
+        of ``max_keys`` new keys, so its cost is O(1) per new key, and no call pays for more
+        than one slice of it.
         """
-        young_full = self._young_size > self._half
-        self._young_size = _sweep(self._young, now)
-        self._old_size = _sweep(self._old, now)
+        if self._sweeping is None:
+            self._sweeping = [(True, table_id, table) for table_id, table in self._young.items()]
+            self._sweeping += [(False, table_id, table) for table_id, table in self._old.items()]
+            self._young_full = self._young_size > self._half
+            self._sweep_steps = 0
+        self._sweep_steps += 1
+        if self._sweep_slice(self._sweeping, now) or len(self) > self._max_keys:
+            # (past max_keys before the sweep is over: a flood faster than sweeps, which
+            # start early enough for that not to happen twice, see _turn_over)
+            self._turn_over()
+
+    def _sweep_slice(self, sweeping: list[tuple[bool, str, PackedTable]], now: int) -> bool:
+        """The next slice of the sweep under way (``sweeping``: the tables it has still to
+        visit); True when it is over."""
+        budget = MOVES
+        while sweeping:
+            young, table_id, table = sweeping[-1]
+            before = len(table)
+            visited, over = table.sweep(now, budget)
+            if young:
+                self._young_size -= before - len(table)
+            else:
+                self._old_size -= before - len(table)
+            if over:
+                sweeping.pop()
+                generation = self._young if young else self._old
+                if not len(table) and generation.get(table_id) is table:
+                    del generation[table_id]
+            budget -= max(visited, 1)
+            if budget <= 0:
+                break
+        return not sweeping
+
+    def _turn_over(self) -> None:
+        """Make room in the young generation, once a sweep is over."""
+        self._sweeping = None
         margin = self._max_keys // 8
         if len(self) > self._max_keys - margin and self._young_size > margin:
             # Crowded with live keys: the old generation (keys unused since the young one
             # started) goes, whole. Waiting for max_keys exactly would sweep on every insert.
             self._old, self._old_size = self._young, self._young_size
             self._young, self._young_size = {}, 0
-        elif young_full and self._young_size > margin:
+        elif self._young_full and self._young_size > margin:
             # Room enough: nothing is dropped, the young keys just join the old generation.
             for table_id, table in self._young.items():
                 # They hold other keys (a key is in one generation): the smaller one moves
-                # into the larger, record by record.
+                # into the larger, a slice per operation (see PackedTable.merge).
                 old = self._old.get(table_id)
                 if old is None or len(old) < len(table):
                     if old is not None:
@@ -334,7 +407,10 @@ class MemoryBackend:
                     old.merge(table)
             self._old_size += self._young_size
             self._young, self._young_size = {}, 0
-        self._sweep_at = min(self._max_keys, max(2 * len(self), _FIRST_SWEEP))
+        # The next sweep starts early enough to end before max_keys, if new keys come as
+        # fast as they came during this one.
+        lag = self._sweep_steps - 1
+        self._sweep_at = min(self._max_keys - lag, max(2 * len(self), _FIRST_SWEEP))
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
         """Forget ``key``: every budget of it (its in-flight leases too), or only its
@@ -359,6 +435,7 @@ class MemoryBackend:
             self._young, self._old = {}, {}
             self._young_size = self._old_size = 0
             self._sweep_at = min(self._max_keys, _FIRST_SWEEP)
+            self._sweeping = None
 
     async def aclose(self) -> None:
         await self.clear()
@@ -398,15 +475,3 @@ def _blocked(limit: Limit, state: State | None, now: int, until: int, own: Outco
 def _table_id(limit: Limit, budget: str) -> str:
     """The table a limit's keys live in: one per limit, and per budget (rule, route)."""
     return limit.id if not budget else f"{budget}\x1f{limit.id}"
-
-
-def _sweep(generation: Tables, now: int) -> int:
-    """Drop expired states from ``generation`` in place; return how many are left."""
-    size = 0
-    for table_id, table in list(generation.items()):
-        left = table.sweep(now)
-        if left:
-            size += left
-        else:
-            del generation[table_id]
-    return size
