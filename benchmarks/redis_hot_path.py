@@ -148,7 +148,7 @@ def _variants(
     for i in range(IDENTITIES):
         checks = [Check(f"raw:{i}", limit) for limit in raw_limits]
         keys = [backend.storage_key(c.key, c.limit) for c in checks]
-        raw.append((len(keys), *keys, *encode("hit", checks, now_us=None, want_state=True)))
+        raw.append((len(keys), *keys, *encode("hit", checks, keys, now_us=None, want_state=True)))
 
     async def evalsha(i: int) -> Any:
         return await client.evalsha(SCRIPT_SHA, *raw[i % IDENTITIES])

@@ -1,6 +1,16 @@
-"""Redis ``MEMORY USAGE`` per key and algorithm: the key layout of 0.x before issue 5, and now.
+"""Redis memory per identity: ``used_memory`` growth over many, and ``MEMORY USAGE`` per key.
 
-    .venv/bin/python -m benchmarks.redis_memory            # about 1 s
+    .venv/bin/python -m benchmarks.redis_memory                       # about 1 s
+    .venv/bin/python -m benchmarks.redis_memory --users 1000000       # a few minutes
+    .venv/bin/python -m benchmarks.redis_memory --users 1000000 --baseline ../main
+
+With ``--users N`` it hits N distinct identities once each with one limit (``1000/hour``) of
+each algorithm but the sliding log, and reports the server's ``used_memory`` growth divided
+by N: what a managed Redis bills per active user, with every overhead of the keyspace
+(issue 26: at most 32 bytes at 1,000,000 users). ``--baseline TREE`` measures another
+checkout's package (``TREE/src``) the same way on the same server first.
+
+Without it:
 
 It starts its own ``redis-server`` (no persistence), makes one request of cost 1 per
 algorithm through `RedisBackend` (default prefix ``rl:``, limit ``1000/hour``; the sliding log
@@ -15,7 +25,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
+import os
 import struct
+import subprocess
 import sys
 import time
 
@@ -89,9 +102,64 @@ async def _measure(url: str) -> list[tuple[str, int | None, int, str]]:
     return rows
 
 
+async def per_user(url: str, users: int) -> dict[str, float]:
+    """``{algorithm: used_memory growth / users}`` over ``users`` distinct identities."""
+    client = aioredis.from_url(url)
+    result: dict[str, float] = {}
+    async with RedisBackend.from_url(url, deny_cache=False) as backend:
+        for algorithm in sorted(SINGLE_VALUE):
+            limit = Limit("1000/hour", algorithm=algorithm)
+            await client.flushall()
+            await backend.hit([Check("warm-up", limit)])  # the script loaded, once
+            before = (await client.info("memory"))["used_memory"]
+            for start in range(0, users, IN_FLIGHT):
+                stop = min(start + IN_FLIGHT, users)
+                await asyncio.gather(
+                    *(backend.hit([Check(f"user:{i}", limit)]) for i in range(start, stop))
+                )
+            after = (await client.info("memory"))["used_memory"]
+            result[algorithm] = (after - before) / users
+    await client.flushall()
+    await client.aclose()
+    return result
+
+
+#: Calls in flight while filling Redis (one pipelined connection).
+IN_FLIGHT = 200
+
+
+def _baseline(tree: str, url: str, users: int) -> dict[str, float]:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(tree, "src"), here]))
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.redis_memory", "--url", url, "--users", str(users)],
+        env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    data: dict[str, float] = json.loads(out.stdout)
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args(argv)
+    parser.add_argument("--users", type=int, help="measure used_memory over this many users")
+    parser.add_argument("--baseline", help="with --users: another checkout to measure first")
+    parser.add_argument("--url", help="with --users: this Redis (FLUSHED), JSON out")
+    args = parser.parse_args(argv)
+    if args.users and args.url:
+        print(json.dumps(asyncio.run(per_user(args.url, args.users))))
+        return 0
+    if args.users:
+        with RedisServer() as server:
+            before = _baseline(args.baseline, server.url, args.users) if args.baseline else None
+            after = asyncio.run(per_user(server.url, args.users))
+            info = asyncio.run(_server_version(server.url))
+        print(f"used_memory growth per user, bytes (Redis {info}, {args.users:,} distinct "
+              "identities, one 1000/hour limit each)")  # fmt: skip
+        print(f"{'algorithm':<26} {'before':>7} {'now':>7}")
+        for algorithm, now in after.items():
+            shown = "-" if before is None else f"{before[algorithm]:.1f}"
+            print(f"{algorithm:<26} {shown:>7} {now:>7.1f}")
+        return 0 if all(value <= PER_USER_TARGET for value in after.values()) else 1
     with RedisServer() as server:
         rows = asyncio.run(_measure(server.url))
         info = asyncio.run(_server_version(server.url))
@@ -106,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print("FAIL: a single-value algorithm takes 100 bytes or more", file=sys.stderr)
     return 1 if failed else 0
+
+
+#: Issue 26: bytes of used_memory per active user at 1,000,000 users.
+PER_USER_TARGET = 32
 
 
 async def _server_version(url: str) -> str:

@@ -54,7 +54,7 @@ async def _run(url: str) -> None:
     checks = [Check("user:1", limit) for limit in limits]
     async with RedisBackend.from_url(url, prefix="bench:", deny_cache=False) as backend:
         keys = [backend.storage_key("user:1", limit) for limit in limits]
-        args = encode("hit", checks, now_us=None)
+        args = encode("hit", checks, keys, now_us=None)
         client = aioredis.from_url(url, max_connections=IN_FLIGHT)
 
         async def ours() -> object:

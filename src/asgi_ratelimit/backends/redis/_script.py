@@ -5,7 +5,7 @@ algorithms, so a request costs one EVALSHA. This module turns `Check` objects in
 script's KEYS/ARGV and its reply (doubles, exact for fractions and infinity) back into
 `Outcome` objects.
 
-    args = encode("hit", checks, now_us=None)    # ["hit t 0 0", <5 doubles>, <5 doubles>...]
+    args = encode("hit", checks, keys, now_us=None)  # ["hit t 0 0", fields, <5 doubles>...]
     reply = await client.execute_command("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args,
                                          NEVER_DECODE=[])             # one key per check
     now_us, outcomes, snapshots = decode(reply, checks)           # reply: one binary string
@@ -23,6 +23,7 @@ from typing import Literal
 from ..._rates import Limit
 from ...algorithms import Outcome, State
 from .._protocol import Block, Check
+from ._keys import field_of
 from ._resp import frame
 
 __all__ = [
@@ -121,6 +122,7 @@ _LENGTH = struct.Struct("<d")
 def encode(
     mode: Mode,
     checks: Sequence[Check],
+    storage_keys: Sequence[str],
     *,
     now_us: int | None,
     want_state: bool = False,
@@ -131,7 +133,10 @@ def encode(
     Few arguments, on purpose: each one costs the client a few microseconds to send.
     """
     clock = "t" if now_us is None else now_us
-    args: list[str | bytes] = [f"{mode} {clock} {1 if want_state else 0} {ttl_margin_ms}"]
+    args: list[str | bytes] = [
+        f"{mode} {clock} {1 if want_state else 0} {ttl_margin_ms}",
+        b"".join(map(field_of, storage_keys)),
+    ]
     for check in checks:
         args.append(check_arg(check.limit, check.cost, check.block))
     return args
@@ -140,19 +145,21 @@ def encode(
 def framed_args(
     mode: Mode,
     checks: Sequence[Check],
+    fields: bytes,
     *,
     now_us: int | None,
     want_state: bool = False,
     ttl_margin_ms: int = 0,
 ) -> list[bytes]:
-    """`encode`'s ARGV, each already framed for `command`: built once per limit and cost."""
+    """`encode`'s ARGV, each already framed for `command`: built once per limit and cost
+    (``fields``: the checks' `field_of`, joined)."""
     head = f"{mode} {'t' if now_us is None else now_us} {1 if want_state else 0} {ttl_margin_ms}"
     framed = _FRAMED.get(head)
     if framed is None:
         framed = frame(head.encode())
         if now_us is None:  # an injected clock's instants are not worth keeping
             _FRAMED[head] = framed
-    args = [framed]
+    args = [framed, frame(fields)]
     for check in checks:
         arg = check_arg(check.limit, check.cost, check.block)
         framed = _FRAMED.get(arg)

@@ -7,15 +7,18 @@
 -- backlog *relative* to the instant it was written ("backlog at"), never now * amount, which
 -- would pass 2^53; the token bucket clamps its refill before multiplying for the same reason.
 --
--- KEYS[i]   - the state key of check i (on Redis Cluster, all keys of one call in one slot);
---             after the checks' keys, the block key of each check that has a block, in order
+-- KEYS[i]   - the key of check i, prefix{bucket}:<identity tag>:<limit code> (on Redis
+--             Cluster, all keys of one call in one slot): the sliding log's list; the other
+--             kinds keep their state in hashes of the same {bucket} (see "Where states
+--             live"); after the checks' keys, the block key of each check that has a block
 -- ARGV[1]   - "mode now want_state margin_ms", space-separated:
 --             mode "hit" (decide; store only if every check passes), "peek" (decide, store
 --             nothing) or "refund" (give back the costs of a "hit" made at now);
 --             now in integer microseconds, or "t" to use the server's TIME;
 --             want_state "1" to return each check's stored state when the request is denied;
 --             margin_ms added to every TTL (0 with the server's clock)
--- ARGV[1+i] - check i: five little-endian doubles (struct "<ddddd"): algorithm code
+-- ARGV[2]   - each check's field in those hashes, 8 bytes each, in order
+-- ARGV[2+i] - check i: five little-endian doubles (struct "<ddddd"): algorithm code
 --             (1 fixed_window, 2 sliding_window_log, 3 sliding_window_counter, 4 token_bucket,
 --             5 gcra, 6 leaky_bucket), amount, period_us, burst, cost; for a check with a
 --             block (Block in backends/_protocol.py), then reset_us, n and n durations_us
@@ -635,10 +638,50 @@ local function log_item(entry)
   return fmt(entry[1]) .. ':' .. fmt(entry[2])
 end
 
--- The bucket kinds store one integer, at * amount + backlog (GCRA's and the leaky bucket's
--- Python state, a scaled "theoretical arrival time"; for the token bucket the backlog is
--- what it lacks to be full, burst * period - level). It passes 2^53, so it is read and
--- written in two decimal halves of 8 digits (B): every step stays exact.
+-- Where states live. The sliding log keeps a list under the check's own key,
+-- prefix{bucket}:<identity tag>:<limit code>. Every other kind keeps its state in one field
+-- (8 bytes of the identity's hash, given in ARGV[2]) of a small hash that the identities of
+-- one bucket share: prefix{bucket}:<limit code>:<n>, n the window (fixed window, sliding
+-- window counter) or the generation (the bucket kinds). A hash expires as a whole once no
+-- state in it can matter, so no field needs a TTL of its own, and a field costs about 20
+-- bytes where a key of its own cost about 150 (the keyspace's entry, name and expiry).
+
+-- The hash of a check's limit (key: the check's own key) for window or generation n.
+local function hash_of(key, n)
+  return sub(key, 1, -32) .. sub(key, -8) .. ':' .. format('%d', n)
+end
+
+-- The length of a bucket's generations: longer than a state can matter (the time to be full
+-- again, at most burst * period / amount), so a state written in generation g is over
+-- before g + 2 begins and a read looks in g and g - 1 only.
+local function generation(amount, period, burst)
+  return ceil(burst * period / amount) + 1
+end
+
+-- A count of the windowed kinds: an integer (Redis keeps it in the hash as one, in a few
+-- bytes) when it is whole, else a NUL and a double.
+local function count_value(n)
+  if n == floor(n) and n >= 0 and n < EXACT then return format('%d', n) end
+  return '\0' .. pack('<d', n)
+end
+
+local function count_of(raw)
+  if byte(raw, 1) == 0 then return (unpack_struct('<d', raw, 2)) end
+  return tonumber(raw)
+end
+
+-- The sliding window counter's field: the window's count, and a copy of the previous
+-- window's (taken when the window's first request came), so that a returning identity costs
+-- one read: current * (amount + 1) + previous when exact, else a NUL and two doubles.
+local function pair_value(current, previous, amount)
+  local m = amount + 1
+  if current == floor(current) and previous == floor(previous) and current >= 0
+      and previous >= 0 and current < m and previous < m and current * m + previous < EXACT then
+    return format('%d', current * m + previous)
+  end
+  return '\0' .. pack('<dd', current, previous)
+end
+
 local B = 1e8
 local NOW_HI, NOW_LO = nil, nil
 
@@ -653,37 +696,73 @@ local function divmod(v, m)
   return q, v - q * m
 end
 
--- A state stored as one integer (see pack_state).
-local function unpack_int(raw, code, amount, period, burst)
-  if code == 1 then  -- window * (amount + 1) + count
-    return {divmod(tonumber(raw), amount + 1)}
-  elseif code == 3 then  -- (window * (amount + 1) + current) * (amount + 1) + previous
-    local m = amount + 1
-    local rest, previous = divmod(tonumber(raw), m)
-    local window, current = divmod(rest, m)
-    return {window, current, previous}
+local function pair_of(raw, amount)
+  if byte(raw, 1) == 0 then
+    local current, previous = unpack_struct('<dd', raw, 2)
+    return current, previous
   end
-  local n = #raw
-  local hi = 0
-  if n > 8 then hi = tonumber(sub(raw, 1, n - 8)) end
+  return divmod(tonumber(raw), amount + 1)
+end
+
+-- A bucket kind's field in the hash of the generation that starts at `start`: the scaled
+-- "theoretical arrival time" relative to it, (at - start) * amount + backlog (for the token
+-- bucket the backlog is what it lacks to be full, burst * period - level), one integer while
+-- every step is exact; else a NUL and the state's two doubles; past 2^53 (is_big) the text
+-- "<number> <at>".
+local function bucket_value(code, state, amount, period, burst, start, is_big_check)
+  if is_big_check then return big_text(state[1]) .. ' ' .. format('%d', state[2]) end
+  local backlog, at = state[1], state[2]
+  if code == 4 then backlog = burst * period - backlog end
+  if backlog == floor(backlog) and backlog >= 0 and at >= start
+      and 4 * (burst * period + 2 * amount) < EXACT then
+    local v = (at - start) * amount + backlog
+    if v < EXACT then return format('%d', v) end
+  end
+  return '\0' .. pack('<dd', state[1], state[2])
+end
+
+local function bucket_state(raw, code, amount, period, burst, start, is_big_check)
+  if is_big_check then
+    local number, at = match(raw, '^(%d+) (%-?%d+)$')
+    return {big_of_text(number), tonumber(at)}
+  end
+  if byte(raw, 1) == 0 then
+    local a, b = unpack_struct('<dd', raw, 2)
+    return {a, b}
+  end
   -- The backlog at NOW; zero once drained, which decides exactly like no state.
-  local rel = (hi - NOW_HI * amount) * B + (tonumber(sub(raw, -8)) - NOW_LO * amount)
+  local rel = tonumber(raw) - (NOW - start) * amount
   if rel < 0 then rel = 0 end
   if code == 4 then return {burst * period - rel, NOW} end  -- refilled up to NOW
   return {rel, NOW}
 end
 
--- Returns the state (nil when absent) and its stored text (for the deny cache).
-local function load(key, code, amount, period, burst, is_big_check)
-  if is_big_check then  -- "<number> <at>" (see store)
-    local raw = redis.call('GET', key)
-    if not raw then return nil, '' end
-    local number, at = match(raw, '^(%d+) (%-?%d+)$')
-    return {big_of_text(number), tonumber(at)}, raw
+-- A check's state at now (nil when absent), and for the bucket kinds the hash it was found
+-- in and that generation's number. The bucket kinds look in the current generation and the
+-- previous one, from `ahead` generations on (a refund, made at the instant of its hit, may
+-- find the state moved forward since).
+local function load(c, now, ahead)
+  local key, code, amount, period, burst, field = c[1], c[2], c[3], c[4], c[5], c[9]
+  if code == 1 then
+    local window = floordiv(now, period)
+    local raw = redis.call('HGET', hash_of(key, window), field)
+    if not raw then return nil end
+    return {window, count_of(raw)}
+  end
+  if code == 3 then
+    local window = floordiv(now, period)
+    local raw = redis.call('HGET', hash_of(key, window), field)
+    if raw then
+      local current, previous = pair_of(raw, amount)
+      return {window, current, previous}
+    end
+    raw = redis.call('HGET', hash_of(key, window - 1), field)
+    if not raw then return nil end
+    return {window, 0, (pair_of(raw, amount))}
   end
   if code == LOG then
     local raw = redis.call('LRANGE', key, 0, -1)
-    if #raw == 0 then return nil, '' end
+    if #raw == 0 then return nil end
     local entries = {}
     for i, item in ipairs(raw) do
       local sep = string.find(item, ':', 1, true)
@@ -693,35 +772,22 @@ local function load(key, code, amount, period, burst, is_big_check)
         entries[i] = {tonumber(item), 1, i}
       end
     end
-    return {entries = entries, orig = #raw}, table.concat(raw, ',')
+    return {entries = entries, orig = #raw, text = table.concat(raw, ',')}
   end
-  local raw = redis.call('GET', key)
-  if not raw then return nil, '' end
-  -- A NUL and two or three doubles, or one integer (see pack_state), or the text that
-  -- earlier versions wrote ("a b [c]").
-  if byte(raw, 1) == 0 then
-    if #raw == 25 then
-      local a, b, c = unpack_struct('<ddd', raw, 2)
-      return {a, b, c}, raw
+  local length = generation(amount, period, burst)
+  local g = floordiv(now, length)
+  for n = g + ahead, g - 1, -1 do
+    local hash = hash_of(key, n)
+    local raw = redis.call('HGET', hash, field)
+    if raw then
+      return bucket_state(raw, code, amount, period, burst, n * length, c[7]), hash, n
     end
-    local a, b = unpack_struct('<dd', raw, 2)
-    return {a, b}, raw
   end
-  if not find(raw, ' ', 1, true) then
-    return unpack_int(raw, code, amount, period, burst), raw
-  end
-  local a, b, c = match(raw, '^(%S+) (%S+) ?(%S*)$')
-  if c == '' then return {tonumber(a), tonumber(b)}, raw end
-  return {tonumber(a), tonumber(b), tonumber(c)}, raw
+  return nil
 end
 
--- A state as stored: one integer in decimal whenever that is exact, because Redis keeps an
--- integer string inside its object header (MEMORY USAGE 88 bytes a key, against 136 for 17
--- binary bytes). Otherwise (fractional costs, amounts too large for exact arithmetic) a NUL
--- (text never starts with one) and little-endian doubles: exact, and ten times cheaper for
--- Lua to write and read than general text. An integer below 2^53 is returned as a number,
--- which `store` writes exactly with one string.format('%d'): cheaper than building its text
--- in Lua (two tostring calls past 1e14), measured with callgrind on redis-server.
+-- A state as the deny cache reads it (parse_state in _script.py): one integer whenever that
+-- is exact, else a NUL and little-endian doubles; text for the sliding log and past 2^53.
 local function pack_state(code, state, amount, period, burst)
   if code == 1 or code == 3 then
     local m = amount + 1
@@ -730,7 +796,7 @@ local function pack_state(code, state, amount, period, burst)
         and previous >= 0 and previous < m and previous == floor(previous) then
       local v = window * m + count
       if code == 3 then v = v * m + previous end
-      if v < EXACT then return v end
+      if v < EXACT then return format('%d', v) end
     end
   elseif code >= 4 then
     local backlog, at = state[1], state[2]
@@ -750,8 +816,7 @@ local function pack_state(code, state, amount, period, burst)
         carry, lo = carry + 1, lo - B
       end
       hi = hi * amount + carry
-      if hi == 0 then return lo end
-      -- One format call writes both halves (cheaper here than two tostring calls).
+      if hi == 0 then return format('%d', lo) end
       if hi > 0 and hi < 1e14 then return format('%.0f%08.0f', hi, lo) end
     end
   end
@@ -759,26 +824,14 @@ local function pack_state(code, state, amount, period, burst)
   return '\0' .. pack('<dd', state[1], state[2])
 end
 
-local function store(key, code, state, ms, amount, period, burst, is_big_check)
-  if is_big_check then
-    -- The big number in decimal, then the instant it holds at (Python's parse_state reads
-    -- this text as (level, last) or (backlog, at)). A TTL past 2^53 us (285 years) is none.
-    local value = big_text(state[1]) .. ' ' .. format('%d', state[2])
-    if type(ms) == 'table' then
-      redis.call('SET', key, value)
-    else
-      redis.call('SET', key, value, 'PX', format('%d', ms))
-    end
-    return
-  end
-  if code ~= LOG then
-    local value = pack_state(code, state, amount, period, burst)
-    -- Whole numbers as '%d' (C's integer printing): redis.call would write a number with
-    -- '%.17g', a float printer about 1,000 instructions slower per number.
-    if type(value) == 'number' then value = format('%d', value) end
-    redis.call('SET', key, value, 'PX', format('%d', ms))
-    return
-  end
+local function snapshot(c, state)
+  if not state then return '' end
+  if c[2] == LOG then return state.text end
+  if c[7] then return big_text(state[1]) .. ' ' .. format('%d', state[2]) end
+  return pack_state(c[2], state, c[3], c[4], c[5])
+end
+
+local function store_log(key, state, ms)
   -- Entries kept from the stored list are a suffix of it when timestamps only grow: trim
   -- the head and append, instead of rewriting the whole log.
   local kept, added = {}, {}
@@ -803,14 +856,67 @@ local function store(key, code, state, ms, amount, period, burst, is_big_check)
   redis.call('PEXPIRE', key, ms)
 end
 
-local function refund(key, code, now, amount, period, burst, cost, is_big_check)
+-- Write what a passing hit leaves: in the hash of its window, or of the current generation
+-- (the bucket kinds: moved there from `found`, the previous one, when it was read there).
+-- A hash gets its expiry with its first field: when the window is over (the sliding window
+-- counter: the next one too, which reads it), or two generations on.
+local function store(c, state, ttl, now, margin_ms, found)
+  local key, code, amount, period, burst, field = c[1], c[2], c[3], c[4], c[5], c[9]
+  if code == LOG then
+    store_log(key, state, ceil(ttl / 1000) + margin_ms)
+    return
+  end
+  local hash, value, ends
+  if code == 1 then
+    hash, value, ends = hash_of(key, state[1]), count_value(state[2]), (state[1] + 1) * period
+  elseif code == 3 then
+    hash = hash_of(key, state[1])
+    value, ends = pair_value(state[2], state[3], amount), (state[1] + 2) * period
+  else
+    local length = generation(amount, period, burst)
+    local g = floordiv(now, length)
+    hash, ends = hash_of(key, g), (g + 2) * length
+    value = bucket_value(code, state, amount, period, burst, g * length, c[7])
+  end
+  -- (Past 2^53 us, 285 years, a hash is kept without an expiry.)
+  if redis.call('HSET', hash, field, value) == 1 and ends - now < EXACT then
+    redis.call('PEXPIRE', hash, format('%d', ceil((ends - now) / 1000) + margin_ms))
+  end
+  if found and found ~= hash then redis.call('HDEL', found, field) end
+end
+
+-- Give back a hit's cost at the instant of the hit (now), where its state is now.
+local function refund(c, now)
+  local key, code, amount, period, burst, cost, field = c[1], c[2], c[3], c[4], c[5], c[6], c[9]
   if code == LOG then
     redis.call('LREM', key, -1, log_item({now, cost}))
     return
   end
-  local state = load(key, code, amount, period, burst, is_big_check)
+  if code == 1 or code == 3 then
+    -- The hit counted in its window; the sliding counter's next window, once used, holds
+    -- that count as its previous one.
+    local window = floordiv(now, period)
+    local hash = hash_of(key, window)
+    local raw = redis.call('HGET', hash, field)
+    if raw and code == 1 then
+      redis.call('HSET', hash, field, count_value(count_of(raw) - cost))
+    elseif raw then
+      local current, previous = pair_of(raw, amount)
+      redis.call('HSET', hash, field, pair_value(current - cost, previous, amount))
+    end
+    if code == 3 then
+      hash = hash_of(key, window + 1)
+      raw = redis.call('HGET', hash, field)
+      if raw then
+        local current, previous = pair_of(raw, amount)
+        redis.call('HSET', hash, field, pair_value(current, previous - cost, amount))
+      end
+    end
+    return
+  end
+  local state, found, n = load(c, now, 1)
   if not state then return end
-  if is_big_check then  -- as below, on big integers, brought to now first
+  if c[7] then  -- as below, on big integers, brought to now first
     local step = scaled_cost_big(cost, period)
     if code == 4 then
       local full = mul(big(burst), big(period))
@@ -822,24 +928,13 @@ local function refund(key, code, now, amount, period, burst, cost, is_big_check)
       if cmp(backlog, step) <= 0 then state[1] = ZERO else state[1] = minus(backlog, step) end
       state[2] = now
     end
-    redis.call('SET', key, big_text(state[1]) .. ' ' .. format('%d', state[2]), 'KEEPTTL')
-    return
-  end
-  if code == 1 or code == 3 then
-    local window = floordiv(now, period)
-    if state[1] == window then
-      state[2] = state[2] - cost
-    elseif code == 3 and state[1] == window + 1 then
-      state[3] = state[3] - cost
-    else
-      return
-    end
   elseif code == 4 then
     state[1] = math.min(burst * period, state[1] + scaled_cost(cost, period))
   else
     state[1] = math.max(0, state[1] - scaled_cost(cost, period))
   end
-  redis.call('SET', key, pack_state(code, state, amount, period, burst), 'KEEPTTL')
+  local start = n * generation(amount, period, burst)
+  redis.call('HSET', found, field, bucket_value(code, state, amount, period, burst, start, c[7]))
 end
 
 -- Blocks (Block in backends/_protocol.py; MemoryBackend._start_blocks does the same) ---------
@@ -927,21 +1022,23 @@ local margin_ms = tonumber(margin)
 local checks = {}
 local blocks = 0
 block_cache = {}
-for i = 1, #ARGV - 1 do
-  local arg = ARGV[i + 1]
+local fields = ARGV[2]
+for i = 1, #ARGV - 2 do
+  local arg = ARGV[i + 2]
   local code, amount, period, burst, cost = unpack_struct('<ddddd', arg)
-  checks[i] = {KEYS[i], code, amount, period, burst, cost, is_big(code, period, burst)}
+  checks[i] = {KEYS[i], code, amount, period, burst, cost, is_big(code, period, burst), false,
+               sub(fields, 8 * i - 7, 8 * i)}
   if #arg > 40 then  -- a block: its key follows the checks' keys
     blocks = blocks + 1
     local reset, n = unpack_struct('<dd', arg, 41)
     local durations = {}
     for j = 1, n do durations[j] = unpack_struct('<d', arg, 57 + (j - 1) * 8) end
-    checks[i][8] = {KEYS[#ARGV - 1 + blocks], reset, durations}
+    checks[i][8] = {KEYS[#ARGV - 2 + blocks], reset, durations}
   end
 end
 
 if mode == 'refund' then
-  for _, c in ipairs(checks) do refund(c[1], c[2], now, c[3], c[4], c[5], c[6], c[7]) end
+  for _, c in ipairs(checks) do refund(c, now) end
   return pack('<dd', now, 1)
 end
 
@@ -952,8 +1049,8 @@ local all_allowed = true
 for i, c in ipairs(checks) do
   local entry = seen[c[1]]
   if not entry then
-    local state, raw = load(c[1], c[2], c[3], c[4], c[5], c[7])
-    entry = {state = state, raw = raw, before = state}
+    local state, found = load(c, now, 0)
+    entry = {state = state, before = state, found = found}
     seen[c[1]] = entry
   end
   local outcome = (c[7] and DECIDE_BIG or DECIDE)[c[2]](entry.state, now, c[3], c[4], c[5], c[6])
@@ -993,14 +1090,7 @@ if mode == 'hit' and all_allowed then
   end
   for _, key in ipairs(order) do
     local f = final[key]
-    local ttl = f[3]
-    local ms
-    if type(ttl) == 'table' then
-      ms = ttl  -- past 2^53 us: kept without a TTL
-    else
-      ms = ceil(ttl / 1000) + margin_ms
-    end
-    store(key, f[1], f[2], ms, f[4][3], f[4][4], f[4][5], f[4][7])
+    store(f[4], f[2], f[3], now, margin_ms, seen[key].found)
   end
 end
 
@@ -1034,7 +1124,7 @@ if text then
   local reply = {pack('<dd', now, (all_allowed and 1 or 0) + 4), pack('<d', #body), body}
   if want_state and not all_allowed then
     for _, c in ipairs(checks) do
-      local raw = seen[c[1]].raw
+      local raw = snapshot(c, seen[c[1]].before)
       reply[#reply + 1] = pack('<d', #raw) .. raw
     end
   end
@@ -1060,7 +1150,7 @@ for i = 1, #checks do
 end
 if want_state and not all_allowed then
   for _, c in ipairs(checks) do
-    local raw = seen[c[1]].raw
+    local raw = snapshot(c, seen[c[1]].before)
     reply[#reply + 1] = pack('<d', #raw) .. raw
   end
 end

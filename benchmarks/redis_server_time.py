@@ -1,0 +1,138 @@
+"""Redis's own CPU time per script call, per algorithm, one limit and three (``INFO commandstats``).
+
+    .venv/bin/python -m benchmarks.redis_server_time                  # about 20 s
+    .venv/bin/python -m benchmarks.redis_server_time --baseline ../main   # before and after
+
+It starts its own ``redis-server`` (no persistence) and calls `RedisBackend.hit` (deny cache
+off, so every call reaches Redis) from 2,000 identities, 50 calls in flight, with limits never
+reached: one ``2000/minute``, or three (``100/second``, ``2000/minute``, ``50000/hour``) of one
+algorithm. After a warm-up pass (every identity's state exists, as in steady traffic) it resets
+the server's counters and reads ``usec_per_call`` of the script's command (``FCALL`` on Redis
+7, else ``EVALSHA``): the time the single-threaded server spends per decision, which bounds
+the decisions a second one Redis core can make. ``--baseline TREE`` runs the same measurement
+with another checkout's package (``TREE/src``) against the same server first, and prints both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from asgi_ratelimit import Limit
+from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit.backends.redis import RedisBackend
+
+from .redis_server import RedisServer
+
+__all__ = ["main"]
+
+ALGORITHMS = ("fixed_window", "sliding_window_counter", "token_bucket", "gcra", "leaky_bucket")
+ONE = ("2000/minute",)
+THREE = ("100/second", "2000/minute", "50000/hour")
+IDENTITIES = 2_000
+IN_FLIGHT = 50
+
+
+async def _calls(backend: RedisBackend, limits: list[Limit], name: str, rounds: int) -> None:
+    checks = [[Check(f"{name}:{i}", limit) for limit in limits] for i in range(IDENTITIES)]
+    for _ in range(rounds):
+        for start in range(0, IDENTITIES, IN_FLIGHT):
+            outcomes = await asyncio.gather(
+                *(backend.hit(c) for c in checks[start : start + IN_FLIGHT])
+            )
+            if not all(o.allowed for each in outcomes for o in each):
+                raise SystemExit(f"{name}: a never-reached limit denied")
+
+
+async def measure(url: str, rounds: int) -> dict[str, float]:
+    """``{"<algorithm> <n>": server us per script call}``."""
+    client = aioredis.from_url(url)
+    result: dict[str, float] = {}
+    async with RedisBackend.from_url(url, deny_cache=False) as backend:
+        for algorithm in ALGORITHMS:
+            for texts in (ONE, THREE):
+                limits = [Limit(text, algorithm=algorithm) for text in texts]
+                name = f"{algorithm} {len(texts)}"
+                await client.flushdb()
+                await _calls(backend, limits, name, 1)  # every identity's state exists
+                await client.config_resetstat()
+                await _calls(backend, limits, name, rounds)
+                stats = await client.info("commandstats")
+                script = stats.get("cmdstat_fcall") or stats["cmdstat_evalsha"]
+                result[name] = float(script["usec_per_call"])
+    await client.aclose()
+    return result
+
+
+def _baseline(tree: str, url: str, rounds: int) -> dict[str, float]:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(tree, "src"), here]))
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.redis_server_time", "--url", url, "--json",
+         "--rounds", str(rounds)],
+        env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    data: dict[str, float] = json.loads(out.stdout)
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="calls per identity (default 5)")
+    parser.add_argument("--baseline", help="another checkout to measure first (TREE/src)")
+    parser.add_argument("--url", help="use this Redis (it is FLUSHED) instead of starting one")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+    if args.url:
+        result = asyncio.run(measure(args.url, args.rounds))
+        if args.json:
+            print(json.dumps(result))
+            return 0
+        _print(result, None, "")
+        return 0
+    with RedisServer() as server:
+        before = _baseline(args.baseline, server.url, args.rounds) if args.baseline else None
+        result = asyncio.run(measure(server.url, args.rounds))
+        version = asyncio.run(_version(server.url))
+    if args.json:
+        print(json.dumps({"before": before, "after": result}))
+        return 0
+    _print(result, before, version)
+    return 0
+
+
+def _print(result: dict[str, Any], before: dict[str, Any] | None, version: str) -> None:
+    print(f"Redis {version}: server us per script call (INFO commandstats), "
+          f"{IDENTITIES} identities, {IN_FLIGHT} in flight")  # fmt: skip
+    head = f"{'algorithm':<24} {'limits':>6}"
+    if before is not None:
+        head += f" {'before':>8}"
+    print(head + f" {'now':>8}" + ("  now/before" if before is not None else ""))
+    for name, now in result.items():
+        algorithm, n = name.split()
+        line = f"{algorithm:<24} {n:>6}"
+        if before is not None:
+            line += f" {before[name]:>8.2f}"
+        line += f" {now:>8.2f}"
+        if before is not None:
+            line += f"  {now / before[name]:>10.2f}"
+        print(line)
+
+
+async def _version(url: str) -> str:
+    client = aioredis.from_url(url)
+    try:
+        return str((await client.info("server"))["redis_version"])
+    finally:
+        await client.aclose()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
