@@ -106,7 +106,8 @@ async def per_user(url: str, users: int) -> dict[str, float]:
     """``{algorithm: used_memory growth / users}`` over ``users`` distinct identities."""
     client = aioredis.from_url(url)
     result: dict[str, float] = {}
-    async with RedisBackend.from_url(url, deny_cache=False) as backend:
+    # A long timeout: a busy machine must not turn a slow reply into the failure policy.
+    async with RedisBackend.from_url(url, deny_cache=False, timeout=30.0) as backend:
         for algorithm in sorted(SINGLE_VALUE):
             limit = Limit("1000/hour", algorithm=algorithm)
             await client.flushall()

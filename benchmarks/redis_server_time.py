@@ -55,7 +55,8 @@ async def measure(url: str, rounds: int) -> dict[str, float]:
     """``{"<algorithm> <n>": server us per script call}``."""
     client = aioredis.from_url(url)
     result: dict[str, float] = {}
-    async with RedisBackend.from_url(url, deny_cache=False) as backend:
+    # A long timeout: a busy machine must not turn a slow reply into the failure policy.
+    async with RedisBackend.from_url(url, deny_cache=False, timeout=30.0) as backend:
         for algorithm in ALGORITHMS:
             for texts in (ONE, THREE):
                 limits = [Limit(text, algorithm=algorithm) for text in texts]

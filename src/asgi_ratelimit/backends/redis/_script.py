@@ -2,13 +2,13 @@
 
 One script (``lua/ratelimit.lua``) decides every check of a request, whatever the mix of
 algorithms, so a request costs one EVALSHA. This module turns `Check` objects into the
-script's KEYS/ARGV and its reply (doubles, exact for fractions and infinity) back into
-`Outcome` objects.
+script's KEYS/ARGV and its reply (integers, or doubles exact for fractions and infinity)
+back into `Outcome` objects.
 
-    args = encode("hit", checks, keys, now_us=None)  # ["hit t 0 0", fields, <5 doubles>...]
+    args = encode("hit", checks, keys, now_us=None)  # [head, fields, <5 doubles>...]
     reply = await client.execute_command("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args,
                                          NEVER_DECODE=[])             # one key per check
-    now_us, outcomes, snapshots = decode(reply, checks)           # reply: one binary string
+    now_us, outcomes, snapshots = decode(reply, checks)   # integers, or one binary string
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import hashlib
 import struct
 from collections.abc import Sequence
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
 from ..._rates import Limit
 from ...algorithms import Outcome, State
@@ -37,6 +37,7 @@ __all__ = [
     "decode",
     "encode",
     "framed_args",
+    "head",
     "parse_state",
 ]
 
@@ -111,9 +112,9 @@ _HEAD = struct.Struct("<2d")
 
 
 @functools.lru_cache(maxsize=64)
-def _reply_layout(checks: int, whole: bool) -> struct.Struct:
-    """Seven numbers per check: eight-byte integers when all are whole, else doubles."""
-    return struct.Struct(f"<{7 * checks}{'q' if whole else 'd'}")
+def _reply_layout(checks: int) -> struct.Struct:
+    """Seven doubles per check."""
+    return struct.Struct(f"<{7 * checks}d")
 
 
 _LENGTH = struct.Struct("<d")
@@ -132,9 +133,8 @@ def encode(
 
     Few arguments, on purpose: each one costs the client a few microseconds to send.
     """
-    clock = "t" if now_us is None else now_us
     args: list[str | bytes] = [
-        f"{mode} {clock} {1 if want_state else 0} {ttl_margin_ms}",
+        head(mode, now_us, want_state, ttl_margin_ms),
         b"".join(map(field_of, storage_keys)),
     ]
     for check in checks:
@@ -153,12 +153,12 @@ def framed_args(
 ) -> list[bytes]:
     """`encode`'s ARGV, each already framed for `command`: built once per limit and cost
     (``fields``: the checks' `field_of`, joined)."""
-    head = f"{mode} {'t' if now_us is None else now_us} {1 if want_state else 0} {ttl_margin_ms}"
-    framed = _FRAMED.get(head)
+    known = (mode, want_state, ttl_margin_ms)
+    framed = None if now_us is not None else _FRAMED_HEADS.get(known)
     if framed is None:
-        framed = frame(head.encode())
+        framed = frame(head(mode, now_us, want_state, ttl_margin_ms))
         if now_us is None:  # an injected clock's instants are not worth keeping
-            _FRAMED[head] = framed
+            _FRAMED_HEADS[known] = framed
     args = [framed, frame(fields)]
     for check in checks:
         arg = check_arg(check.limit, check.cost, check.block)
@@ -171,64 +171,91 @@ def framed_args(
     return args
 
 
-#: an argument -> its RESP frame (the few script heads and check arguments of the app)
-_FRAMED: dict[str | bytes, bytes] = {}
+#: a check argument -> its RESP frame (the few of the app)
+_FRAMED: dict[bytes, bytes] = {}
+#: (mode, want_state, margin) -> the framed head of a call on the server's clock
+_FRAMED_HEADS: dict[tuple[str, bool, int], bytes] = {}
+_HEAD_ARG = struct.Struct("<BBdd")
+_MODES = {"hit": 1, "peek": 2, "refund": 3}
 
 
-def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], list[State | None]]:
-    """``(now_us, outcomes, stored states)`` from the script's reply (one binary string).
+def head(mode: Mode, now_us: int | None, want_state: bool = False, ttl_margin_ms: int = 0) -> bytes:
+    """ARGV[1]: the mode, whether to send states, the TTL margin and the clock (-1: the
+    server's ``TIME``), in a form the script reads with one ``struct.unpack``."""
+    clock = -1 if now_us is None else now_us
+    return _HEAD_ARG.pack(_MODES[mode], want_state, ttl_margin_ms, clock)
+
+
+def decode(
+    reply: list[Any] | bytes, checks: Sequence[Check]
+) -> tuple[int, list[Outcome], list[State | None]]:
+    """``(now_us, outcomes, stored states)`` from the script's reply: an array of integers
+    (and states) when every number is whole, else one binary string.
 
     The stored states are those read before the decision (None when absent or not asked
     for), in the algorithms' own representation, so the deny cache can replay them.
     """
+    if isinstance(reply, list):
+        return _decode_whole(reply, checks)
     if not isinstance(reply, bytes):
         raise TypeError(f"the script's reply must be read undecoded (bytes), got {reply!r:.80}")
     now, flags = _HEAD.unpack_from(reply)
     if flags >= 4:  # a number past 2^53 (a big limit's times): text
         texts, offset = _decode_text(reply, checks)
         return int(now), texts, _states(reply, offset, checks, int(now))
-    whole = flags >= 2  # the script sent integers: every number is whole
-    layout = _reply_layout(len(checks), whole)
+    layout = _reply_layout(len(checks))
     numbers = layout.unpack_from(reply, _HEAD.size)
     outcomes: list[Outcome] = []
     at = 0
-    if whole:
-        for check in checks:
-            # allowed, limit, remaining, reset_us, retry_us, delay_us, state, ttl_us,
-            # next_us: the state lives in Redis. Whole numbers are ints, as the Python
-            # algorithms give them.
-            outcomes.append(
-                Outcome(
-                    numbers[at] == 1,
-                    check.limit.burst,
-                    numbers[at + 1],
-                    numbers[at + 2],
-                    numbers[at + 3],
-                    numbers[at + 4],
-                    None,
-                    numbers[at + 5],
-                    numbers[at + 6],
-                )
+    for check in checks:
+        allowed, remaining, reset, retry, delay, ttl, more = numbers[at : at + 7]
+        at += 7
+        outcomes.append(
+            Outcome(
+                allowed == 1,
+                check.limit.burst,
+                int(remaining) if remaining.is_integer() else remaining,
+                int(reset),
+                int(retry) if retry.is_integer() else retry,
+                int(delay),
+                None,
+                int(ttl),
+                int(more),
             )
-            at += 7
-    else:
-        for check in checks:
-            allowed, remaining, reset, retry, delay, ttl, more = numbers[at : at + 7]
-            at += 7
-            outcomes.append(
-                Outcome(
-                    allowed == 1,
-                    check.limit.burst,
-                    int(remaining) if remaining.is_integer() else remaining,
-                    int(reset),
-                    int(retry) if retry.is_integer() else retry,
-                    int(delay),
-                    None,
-                    int(ttl),
-                    int(more),
-                )
-            )
+        )
     return int(now), outcomes, _states(reply, _HEAD.size + layout.size, checks, int(now))
+
+
+def _decode_whole(
+    reply: list[Any], checks: Sequence[Check]
+) -> tuple[int, list[Outcome], list[State | None]]:
+    """The array of integers: now, flags, seven numbers a check, then the states if sent."""
+    now = reply[0]
+    outcomes: list[Outcome] = []
+    at = 2
+    for check in checks:
+        # allowed, limit, remaining, reset_us, retry_us, delay_us, state, ttl_us, next_us:
+        # the state lives in Redis. Whole numbers are ints, as the Python algorithms give.
+        outcomes.append(
+            Outcome(
+                reply[at] == 1,
+                check.limit.burst,
+                reply[at + 1],
+                reply[at + 2],
+                reply[at + 3],
+                reply[at + 4],
+                None,
+                reply[at + 5],
+                reply[at + 6],
+            )
+        )
+        at += 7
+    if len(reply) == at:
+        return now, outcomes, [None] * len(checks)
+    states = [
+        parse_state(raw, check.limit, now) for raw, check in zip(reply[at:], checks, strict=True)
+    ]
+    return now, outcomes, states
 
 
 def _decode_text(reply: bytes, checks: Sequence[Check]) -> tuple[list[Outcome], int]:

@@ -23,7 +23,7 @@ from ._connection import ReplyError
 from ._keys import field_of
 from ._node import Node
 from ._resp import command, frame, pack
-from ._script import FUNCTION_NAME, LIBRARY, SCRIPT, SCRIPT_SHA, Mode, framed_args
+from ._script import FUNCTION_NAME, LIBRARY, SCRIPT, SCRIPT_SHA, Mode, framed_args, head
 
 __all__ = ["BLOCK_SUFFIX", "ScriptCaller", "Send"]
 
@@ -36,7 +36,7 @@ BLOCK_SUFFIX = "!"
 #: Storage keys whose RESP frame is remembered (about 150 bytes each).
 _FRAMED_KEYS = 40_000
 #: A call of the script that decides nothing: it proves the script runs there.
-_NO_CHECKS = [frame(b"peek t 0 0")]
+_NO_CHECKS = [frame(head("peek", None))]
 
 
 class ScriptCaller:

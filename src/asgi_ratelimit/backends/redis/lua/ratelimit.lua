@@ -11,32 +11,31 @@
 --             Cluster, all keys of one call in one slot): the sliding log's list; the other
 --             kinds keep their state in hashes of the same {bucket} (see "Where states
 --             live"); after the checks' keys, the block key of each check that has a block
--- ARGV[1]   - "mode now want_state margin_ms", space-separated:
---             mode "hit" (decide; store only if every check passes), "peek" (decide, store
---             nothing) or "refund" (give back the costs of a "hit" made at now);
---             now in integer microseconds, or "t" to use the server's TIME;
---             want_state "1" to return each check's stored state when the request is denied;
---             margin_ms added to every TTL (0 with the server's clock)
+-- ARGV[1]   - struct "<BBdd": mode, want_state, margin_ms, now:
+--             mode 1 "hit" (decide; store only if every check passes), 2 "peek" (decide,
+--             store nothing) or 3 "refund" (give back the costs of a "hit" made at now);
+--             want_state 1 to return each check's stored state when the request is denied;
+--             margin_ms added to every TTL (0 with the server's clock);
+--             now in integer microseconds, or -1 to use the server's TIME
 -- ARGV[2]   - each check's field in those hashes, 8 bytes each, in order
 -- ARGV[2+i] - check i: five little-endian doubles (struct "<ddddd"): algorithm code
 --             (1 fixed_window, 2 sliding_window_log, 3 sliding_window_counter, 4 token_bucket,
 --             5 gcra, 6 leaky_bucket), amount, period_us, burst, cost; for a check with a
 --             block (Block in backends/_protocol.py), then reset_us, n and n durations_us
--- returns   - one binary string: two doubles (struct "<dd"): now_us and flags (1: all
---             allowed; 2: the numbers that follow are integers; 4: a number passes 2^53,
---             and all are sent as text after its length: "n n n n n n n;..."), then seven numbers per
---             check, eight-byte integers ("<i8", when every one is whole) or doubles:
---             allowed (1/0), remaining, reset_us, retry_us (inf if it can never pass),
---             delay_us, ttl_us, next_us (until more quota than remaining, when allowed);
---             a check that would pass in a call that counts nothing (a peek, or another
---             check refused) reports what is left now; then, when asked for and denied, each
---             check's stored
---             state as stored (binary or text), each preceded by its length as a double.
---             Binary numbers because writing a number as text is the costliest thing a script
---             does inside Redis (tostring about 0.3 us, string.format 1.2 us; struct.pack
---             writes six in 0.17 us), and exact for fractions and infinity; one string because
---             a client's parser pays per element of a reply (redis-py's pure-Python one about
---             4 us each).
+-- returns   - when every number is whole (the usual case), an array of integers: now_us,
+--             flags (1: all allowed; 2: whole), then seven numbers per check: allowed (1/0),
+--             remaining, reset_us, retry_us, delay_us, ttl_us, next_us (until more quota
+--             than remaining, when allowed); then, when asked for and denied, each check's
+--             stored state (see pack_state), a string. Redis writes integers itself, the
+--             cheapest reply for the script to make (struct.pack costs about 0.2 us a
+--             number inside Redis, a text number 0.3-1.2 us).
+--             Otherwise one binary string: two doubles (struct "<dd"): now_us and flags (1: all
+--             allowed; 4: a number passes 2^53, and all are sent as text after its length:
+--             "n n n n n n n;..."), then the seven numbers per check as doubles, exact for
+--             fractions and infinity (retry_us when it can never pass); then the states as
+--             above, each preceded by its length as a double.
+--             A check that would pass in a call that counts nothing (a peek, or another
+--             check refused) reports what is left now.
 
 local floor, ceil, fmod, huge = math.floor, math.ceil, math.fmod, math.huge
 
@@ -45,14 +44,13 @@ local pack, unpack_struct, byte = struct.pack, struct.unpack, string.byte
 
 -- The exact text of a number (what %.17g writes), for the sliding log's entries. Writing
 -- numbers is costly inside Redis (string.format about 1.2 us a call, tostring about 0.35 us),
--- so zero and now are answered without it, and tostring (%.14g, exact for integers below
--- 1e14) does the rest; a larger integer is written in two halves. NOW and its text are set
--- once per call (below): the absolute time is the one big number the log stores.
+-- so zero is answered without it, now once per call, and tostring (%.14g, exact for integers
+-- below 1e14) does the rest; a larger integer is written in two halves. NOW is set once per
+-- call (below), its text when first needed: the absolute time is the one big number the log
+-- stores.
 local NOW, NOW_TEXT = nil, nil
 
-local function fmt(x)
-  if x == 0 and 1 / x > 0 then return '0' end  -- not -0, which %.17g writes "-0"
-  if x == NOW then return NOW_TEXT end
+local function written(x)
   if x == floor(x) then
     if x < 1e14 and x > -1e14 then return tostring(x) end
     if x >= 1e14 and x < 1e17 then
@@ -68,6 +66,15 @@ local function fmt(x)
     end
   end
   return string.format('%.17g', x)
+end
+
+local function fmt(x)
+  if x == 0 and 1 / x > 0 then return '0' end  -- not -0, which %.17g writes "-0"
+  if x == NOW then
+    if not NOW_TEXT then NOW_TEXT = written(x) end
+    return NOW_TEXT
+  end
+  return written(x)
 end
 
 -- Python's float floor division (Objects/floatobject.c): exact, unlike floor(a / b).
@@ -624,13 +631,8 @@ end
 
 local DECIDE_BIG = {[4] = token_bucket_big, [5] = gcra_big, [6] = leaky_bucket_big}
 
--- Whether a check of the bucket kinds needs big integers (the product rounds up to 2^53
--- exactly when it reaches it).
-local function is_big(code, period, burst)
-  return code >= 4 and burst * period >= EXACT
-end
-
 local LOG = 2
+local HIT, REFUND = 1, 3  -- the modes (2: peek)
 
 -- storage ------------------------------------------------------------------------------------
 local function log_item(entry)
@@ -682,8 +684,8 @@ local function pair_value(current, previous, amount)
   return '\0' .. pack('<dd', current, previous)
 end
 
+-- pack_state writes a scaled time, past 2^53, in two exact halves of 8 decimal digits.
 local B = 1e8
-local NOW_HI, NOW_LO = nil, nil
 
 -- Exact integer division of v < 2^53 by m: v / m is rounded, so the quotient is corrected.
 local function divmod(v, m)
@@ -802,11 +804,8 @@ local function pack_state(code, state, amount, period, burst)
     local backlog, at = state[1], state[2]
     if code == 4 then backlog = burst * period - backlog end
     if backlog == floor(backlog) and backlog >= 0 and amount * B + backlog < EXACT then
-      local hi, lo = NOW_HI, NOW_LO
-      if at ~= NOW then
-        hi = floor(at / B)
-        lo = at - hi * B
-      end
+      local hi = floor(at / B)
+      local lo = at - hi * B
       lo = lo * amount + backlog
       local carry = floor(lo / B)
       lo = lo - carry * B
@@ -997,52 +996,46 @@ local function start_blocks(checks, outcomes, now, margin_ms)
 end
 
 -- main -----------------------------------------------------------------------------------------
-local mode, clock, want, margin = match(ARGV[1], '^(%a+) (%S+) (%d) (%d+)$')
+local mode, want, margin_ms, clock = unpack_struct('<BBdd', ARGV[1])
 local now
-if clock == 't' then
+if clock < 0 then
   -- Writes after TIME are safe: Redis >= 5 replicates a script's effects, not the script.
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  NOW_TEXT = t[1] .. sub('00000' .. t[2], -6)
 else
-  now = tonumber(clock)
-  NOW_TEXT = clock  -- an integer written by Python: already canonical
+  now = clock
 end
-NOW = now
-NOW_HI = floor(now / B)
-NOW_LO = now - NOW_HI * B
-if NOW_LO < 0 then
-  NOW_HI, NOW_LO = NOW_HI - 1, NOW_LO + B
-elseif NOW_LO >= B then
-  NOW_HI, NOW_LO = NOW_HI + 1, NOW_LO - B
-end
-local want_state = want == '1'
-local margin_ms = tonumber(margin)
+NOW, NOW_TEXT = now, nil
+local want_state = want == 1
 
 local checks = {}
 local blocks = 0
-block_cache = {}
 local fields = ARGV[2]
 for i = 1, #ARGV - 2 do
   local arg = ARGV[i + 2]
   local code, amount, period, burst, cost = unpack_struct('<ddddd', arg)
-  checks[i] = {KEYS[i], code, amount, period, burst, cost, is_big(code, period, burst), false,
-               sub(fields, 8 * i - 7, 8 * i)}
+  -- c[7]: whether a bucket kind needs big integers (the product rounds up to 2^53 exactly
+  -- when it reaches it); c[8]: its block; c[9]: its field.
+  local c = {KEYS[i], code, amount, period, burst, cost, code >= 4 and burst * period >= EXACT,
+             false, sub(fields, 8 * i - 7, 8 * i)}
+  checks[i] = c
   if #arg > 40 then  -- a block: its key follows the checks' keys
     blocks = blocks + 1
     local reset, n = unpack_struct('<dd', arg, 41)
     local durations = {}
     for j = 1, n do durations[j] = unpack_struct('<d', arg, 57 + (j - 1) * 8) end
-    checks[i][8] = {KEYS[#ARGV - 2 + blocks], reset, durations}
+    c[8] = {KEYS[#ARGV - 2 + blocks], reset, durations}
   end
 end
+if blocks > 0 then block_cache = {} end
 
-if mode == 'refund' then
+if mode == REFUND then
   for _, c in ipairs(checks) do refund(c, now) end
-  return pack('<dd', now, 1)
+  return {now, 1}
 end
 
--- The same key may appear twice in one call: later checks see the earlier ones' new state.
+-- The same key may appear twice in one call: later checks see the earlier ones' new state,
+-- and the last one that counts writes it.
 local seen = {}
 local outcomes = {}
 local all_allowed = true
@@ -1050,7 +1043,7 @@ for i, c in ipairs(checks) do
   local entry = seen[c[1]]
   if not entry then
     local state, found = load(c, now, 0)
-    entry = {state = state, before = state, found = found}
+    entry = {state = state, before = state, found = found, last = false}
     seen[c[1]] = entry
   end
   local outcome = (c[7] and DECIDE_BIG or DECIDE)[c[2]](entry.state, now, c[3], c[4], c[5], c[6])
@@ -1060,69 +1053,95 @@ for i, c in ipairs(checks) do
   end
   outcomes[i] = outcome
   if outcome[1] then
-    if outcome[6] ~= nil then entry.state = outcome[6] end
+    if outcome[6] ~= nil then
+      entry.state = outcome[6]
+      if c[6] ~= 0 then entry.last = i end
+    end
   else
     all_allowed = false
   end
 end
 
--- Nothing is counted (a peek, or a check refused the request): a check that would pass
--- reports what is left now, as a cost of 0 does.
-if not (mode == 'hit' and all_allowed) then
+if mode == HIT and all_allowed then
+  for i, c in ipairs(checks) do
+    local entry = seen[c[1]]
+    if entry.last == i then store(c, outcomes[i][6], outcomes[i][7], now, margin_ms, entry.found) end
+  end
+else
+  -- Nothing is counted (a peek, or a check refused the request): a check that would pass
+  -- reports what is left now, as a cost of 0 does.
   for i, c in ipairs(checks) do
     if outcomes[i][1] and c[6] ~= 0 then
       outcomes[i] = (c[7] and DECIDE_BIG or DECIDE)[c[2]](seen[c[1]].before, now, c[3], c[4], c[5], 0)
     end
   end
+  if mode == HIT and blocks > 0 then start_blocks(checks, outcomes, now, margin_ms) end
 end
 
-if mode == 'hit' and not all_allowed and blocks > 0 then
-  start_blocks(checks, outcomes, now, margin_ms)
-end
+local allowed = all_allowed and 1 or 0
+local states = want_state and not all_allowed
 
-if mode == 'hit' and all_allowed then
-  local final, order = {}, {}
-  for i, c in ipairs(checks) do
-    if c[6] ~= 0 and outcomes[i][6] ~= nil then
-      if not final[c[1]] then order[#order + 1] = c[1] end
-      final[c[1]] = {c[2], outcomes[i][6], outcomes[i][7], c}
-    end
+-- Every number whole (the usual case): an array of integers, which Redis writes and the
+-- client reads without a conversion of ours: now, flags (1: all allowed, 2: whole), seven
+-- numbers a check, then the states when asked for.
+local whole = true
+for i = 1, #checks do
+  local o = outcomes[i]
+  local more = o[8] or 0
+  if type(o[3]) == 'table' or type(o[4]) == 'table' or type(o[5]) == 'table'
+      or type(o[7]) == 'table' or type(more) == 'table' or o[2] ~= floor(o[2])
+      or o[4] ~= floor(o[4]) or o[4] == huge or o[3] ~= floor(o[3]) or o[5] ~= floor(o[5])
+      or o[7] ~= floor(o[7]) or more ~= floor(more) then
+    whole = false
+    break
   end
-  for _, key in ipairs(order) do
-    local f = final[key]
-    store(f[4], f[2], f[3], now, margin_ms, seen[key].found)
+end
+if whole then
+  local reply = {now, allowed + 2}
+  local at = 2
+  for i = 1, #checks do
+    local o = outcomes[i]
+    reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = o[1] and 1 or 0, o[2], o[3], o[4]
+    reply[at + 5], reply[at + 6], reply[at + 7] = o[5], o[7], o[8] or 0
+    at = at + 7
   end
+  if states then
+    for i, c in ipairs(checks) do reply[at + i] = snapshot(c, seen[c[1]].before) end
+  end
+  return reply
 end
 
 -- A number past 2^53 (a big limit's times): every check's numbers as text, after its length;
 -- the head's flags (+4) say so.
 local text = nil
 for i = 1, #checks do
-  for _, value in ipairs({outcomes[i][3], outcomes[i][4], outcomes[i][5], outcomes[i][7], outcomes[i][8] or 0}) do
-    if type(value) == 'table' then text = {} break end
+  local o = outcomes[i]
+  if type(o[3]) == 'table' or type(o[4]) == 'table' or type(o[5]) == 'table'
+      or type(o[7]) == 'table' or type(o[8]) == 'table' then
+    text = {}
+    break
   end
-  if text then break end
 end
 if text then
   for i = 1, #checks do
     local o = outcomes[i]
-    local fields = {o[1] and '1' or '0'}
+    local numbers = {o[1] and '1' or '0'}
     for _, value in ipairs({o[2], o[3], o[4], o[5], o[7], o[8] or 0}) do
       if type(value) == 'table' then
-        fields[#fields + 1] = big_text(value)
+        numbers[#numbers + 1] = big_text(value)
       elseif value == huge then
-        fields[#fields + 1] = 'inf'
+        numbers[#numbers + 1] = 'inf'
       elseif value == floor(value) and value < EXACT and value > -EXACT then
-        fields[#fields + 1] = format('%d', value)
+        numbers[#numbers + 1] = format('%d', value)
       else
-        fields[#fields + 1] = format('%.17g', value)
+        numbers[#numbers + 1] = format('%.17g', value)
       end
     end
-    text[i] = table.concat(fields, ' ')
+    text[i] = table.concat(numbers, ' ')
   end
   local body = table.concat(text, ';')
-  local reply = {pack('<dd', now, (all_allowed and 1 or 0) + 4), pack('<d', #body), body}
-  if want_state and not all_allowed then
+  local reply = {pack('<dd', now, allowed + 4), pack('<d', #body), body}
+  if states then
     for _, c in ipairs(checks) do
       local raw = snapshot(c, seen[c[1]].before)
       reply[#reply + 1] = pack('<d', #raw) .. raw
@@ -1131,24 +1150,13 @@ if text then
   return table.concat(reply)
 end
 
--- Every number whole (the usual case): eight-byte integers, which the client takes as they
--- are; else doubles, exact for fractions and infinity. The head's flags (+2) say which.
-local whole = 2
+-- Else doubles, exact for fractions and infinity, in one binary string.
+local reply = {pack('<dd', now, allowed)}
 for i = 1, #checks do
   local o = outcomes[i]
-  if o[2] ~= floor(o[2]) or o[4] ~= floor(o[4]) or o[4] == huge or o[3] ~= floor(o[3])
-      or o[5] ~= floor(o[5]) or o[7] ~= floor(o[7]) or (o[8] or 0) ~= floor(o[8] or 0) then
-    whole = 0
-    break
-  end
+  reply[i + 1] = pack('<ddddddd', o[1] and 1 or 0, o[2], o[3], o[4], o[5], o[7], o[8] or 0)
 end
-local layout = whole == 2 and '<i8i8i8i8i8i8i8' or '<ddddddd'
-local reply = {pack('<dd', now, (all_allowed and 1 or 0) + whole)}
-for i = 1, #checks do
-  local o = outcomes[i]
-  reply[i + 1] = pack(layout, o[1] and 1 or 0, o[2], o[3], o[4], o[5], o[7], o[8] or 0)
-end
-if want_state and not all_allowed then
+if states then
   for _, c in ipairs(checks) do
     local raw = snapshot(c, seen[c[1]].before)
     reply[#reply + 1] = pack('<d', #raw) .. raw
