@@ -38,6 +38,7 @@ from asgi_ratelimit.backends.redis._script import (
     decode,
     encode,
     framed_args,
+    script_keys,
 )
 from tests.backends.redis_state import state_keys
 from tests.conftest import FakeClock
@@ -421,7 +422,8 @@ async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix
         args = encode("hit", checks, keys, now_us=None, want_state=True)
         assert len(args) == 2 + len(checks)
         client = aioredis.from_url(redis_url)
-        reply = await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)  # type: ignore[misc]
+        names = script_keys(checks, keys)
+        reply = await client.evalsha(SCRIPT_SHA, len(names), *names, *args)  # type: ignore[misc]
         await client.aclose()
         assert len(reply) == 2 + 7 * len(checks) and all(type(x) is int for x in reply)
         _, outcomes, _ = decode(reply, checks)

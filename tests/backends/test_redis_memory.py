@@ -21,7 +21,7 @@ from asgi_ratelimit._rates import Limit
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._keys import tag_field
-from asgi_ratelimit.backends.redis._script import SCRIPT_SHA, decode, encode
+from asgi_ratelimit.backends.redis._script import SCRIPT_SHA, decode, encode, script_keys
 from tests.backends.redis_state import state_keys
 from tests.backends.test_equivalence import _compare
 from tests.conftest import FakeClock
@@ -88,7 +88,8 @@ async def test_server_time_states_are_integers_too(
         checks = [Check(user, limit) for limit in limits]
         keys = [backend.storage_key(user, limit) for limit in limits]
         args = encode("hit", checks, keys, now_us=None)
-        reply = await redis_client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)  # type: ignore[misc]
+        names = script_keys(checks, keys)
+        reply = await redis_client.evalsha(SCRIPT_SHA, len(names), *names, *args)  # type: ignore[misc]
         now_us, outcomes, _ = decode(reply, checks)
         assert [o.remaining for o in outcomes] == [999] * len(limits)
         for algorithm, limit in zip(SINGLE_VALUE, limits, strict=True):

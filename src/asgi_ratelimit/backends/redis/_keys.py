@@ -29,7 +29,15 @@ from ..._key_secret import KeySecret, identity_tag
 from ..._rates import Limit
 from .._protocol import Check
 
-__all__ = ["BUCKETS", "KeyNames", "bucket_of", "budget_code", "field_of", "tag_field"]
+__all__ = [
+    "BUCKETS",
+    "KeyNames",
+    "bucket_of",
+    "budget_code",
+    "field_of",
+    "script_key",
+    "tag_field",
+]
 
 #: Hashes per limit and window (or generation): 32,768, so that at a million identities
 #: active in one window each holds about 30 fields, well within the 128 that Redis keeps in
@@ -145,6 +153,15 @@ def field_of(storage_key: str) -> bytes:
     """The field of a storage key's identity in the hashes of its bucket (the key's tag is
     before its last 9 characters, ``:`` and the budget's code)."""
     return tag_field(storage_key[-31:-9])
+
+
+def script_key(storage_key: str, algorithm: str) -> str:
+    """What the script is given for a storage key: the key itself for a sliding log (a list
+    of its own), else ``prefix{bucket}:code``, where the names of the hashes holding its
+    state begin (the window or generation follows)."""
+    if algorithm == "sliding_window_log":
+        return storage_key
+    return storage_key[:-31] + storage_key[-8:]
 
 
 def tag_field(tag: str) -> bytes:

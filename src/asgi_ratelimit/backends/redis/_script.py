@@ -6,8 +6,9 @@ script's KEYS/ARGV and its reply (integers, or doubles exact for fractions and i
 back into `Outcome` objects.
 
     args = encode("hit", checks, keys, now_us=None)  # [head, fields, <5 doubles>...]
-    reply = await client.execute_command("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args,
-                                         NEVER_DECODE=[])             # one key per check
+    names = script_keys(checks, keys)                # one per check (see script_key)
+    reply = await client.execute_command("EVALSHA", SCRIPT_SHA, len(names), *names, *args,
+                                         NEVER_DECODE=[])
     now_us, outcomes, snapshots = decode(reply, checks)   # integers, or one binary string
 """
 
@@ -23,7 +24,7 @@ from typing import Any, Literal
 from ..._rates import Limit
 from ...algorithms import Outcome, State
 from .._protocol import Block, Check
-from ._keys import field_of
+from ._keys import field_of, script_key
 from ._resp import frame
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "framed_args",
     "head",
     "parse_state",
+    "script_keys",
 ]
 
 SCRIPT: str = resources.files(__package__).joinpath("lua/ratelimit.lua").read_text("utf-8")
@@ -140,6 +142,14 @@ def encode(
     for check in checks:
         args.append(check_arg(check.limit, check.cost, check.block))
     return args
+
+
+def script_keys(checks: Sequence[Check], storage_keys: Sequence[str]) -> list[str]:
+    """The script's KEYS for these checks (`script_key` of each)."""
+    return [
+        script_key(key, check.limit.algorithm)
+        for check, key in zip(checks, storage_keys, strict=True)
+    ]
 
 
 def framed_args(

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from .._protocol import Check
 from ._connection import ReplyError
-from ._keys import field_of
+from ._keys import field_of, script_key
 from ._node import Node
 from ._resp import command, frame, pack
 from ._script import FUNCTION_NAME, LIBRARY, SCRIPT, SCRIPT_SHA, Mode, framed_args, head
@@ -58,7 +58,7 @@ class ScriptCaller:
         want_state: bool = False,
     ) -> Any:
         """The script's reply (bytes) for these checks."""
-        keys, fields = self._framed_keys(storage_keys)
+        keys, fields = self._framed_keys(checks, storage_keys)
         for check, key in zip(checks, storage_keys, strict=True):
             if check.block is not None:  # its block's key follows the checks' keys
                 keys.append(frame((key + BLOCK_SUFFIX).encode()))
@@ -114,19 +114,22 @@ class ScriptCaller:
         self.uses_function = False
         logger.info("Redis functions unavailable (%s); calling the script by EVALSHA", exc)
 
-    def _framed_keys(self, storage_keys: Sequence[str]) -> tuple[list[bytes], bytes]:
-        """Storage keys framed for `command`, and their fields joined: the same identities
-        come back request after request, so each key is encoded once (a bounded dict,
-        emptied when full)."""
+    def _framed_keys(
+        self, checks: Sequence[Check], storage_keys: Sequence[str]
+    ) -> tuple[list[bytes], bytes]:
+        """The script's KEYS framed for `command` (see `script_key`), and the fields joined:
+        the same identities come back request after request, so each is encoded once (a
+        bounded dict, emptied when full)."""
         known = self._framed
         framed = []
         fields = []
-        for key in storage_keys:
+        for check, key in zip(checks, storage_keys, strict=True):
             data = known.get(key)
             if data is None:
                 if len(known) >= _FRAMED_KEYS:
                     known.clear()
-                data = known[key] = (frame(key.encode()), field_of(key))
+                name = script_key(key, check.limit.algorithm)
+                data = known[key] = (frame(name.encode()), field_of(key))
             framed.append(data[0])
             fields.append(data[1])
         return framed, b"".join(fields)

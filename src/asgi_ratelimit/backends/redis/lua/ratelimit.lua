@@ -7,10 +7,11 @@
 -- backlog *relative* to the instant it was written ("backlog at"), never now * amount, which
 -- would pass 2^53; the token bucket clamps its refill before multiplying for the same reason.
 --
--- KEYS[i]   - the key of check i, prefix{bucket}:<identity tag>:<limit code> (on Redis
---             Cluster, all keys of one call in one slot): the sliding log's list; the other
---             kinds keep their state in hashes of the same {bucket} (see "Where states
---             live"); after the checks' keys, the block key of each check that has a block
+-- KEYS[i]   - where check i's state is (on Redis Cluster, all keys of one call in one slot):
+--             the sliding log's own key, prefix{bucket}:<identity tag>:<limit code>; for the
+--             other kinds the start of their hashes' names, prefix{bucket}:<limit code> (see
+--             "Where states live"); after the checks' keys, the block key of each check that
+--             has a block
 -- ARGV[1]   - struct "<BBdd": mode, want_state, margin_ms, now:
 --             mode 1 "hit" (decide; store only if every check passes), 2 "peek" (decide,
 --             store nothing) or 3 "refund" (give back the costs of a "hit" made at now);
@@ -648,9 +649,9 @@ end
 -- state in it can matter, so no field needs a TTL of its own, and a field costs about 20
 -- bytes where a key of its own cost about 150 (the keyspace's entry, name and expiry).
 
--- The hash of a check's limit (key: the check's own key) for window or generation n.
+-- The hash of a check's limit (key: prefix{bucket}:<limit code>) for window or generation n.
 local function hash_of(key, n)
-  return sub(key, 1, -32) .. sub(key, -8) .. ':' .. format('%d', n)
+  return key .. ':' .. format('%d', n)
 end
 
 -- The length of a bucket's generations: longer than a state can matter (the time to be full
@@ -1015,7 +1016,7 @@ for i = 1, #ARGV - 2 do
   local arg = ARGV[i + 2]
   local code, amount, period, burst, cost = unpack_struct('<ddddd', arg)
   -- c[7]: whether a bucket kind needs big integers (the product rounds up to 2^53 exactly
-  -- when it reaches it); c[8]: its block; c[9]: its field.
+  -- when it reaches it); c[8]: its block; c[9]: its field; c[10]: its state (below).
   local c = {KEYS[i], code, amount, period, burst, cost, code >= 4 and burst * period >= EXACT,
              false, sub(fields, 8 * i - 7, 8 * i)}
   checks[i] = c
@@ -1034,18 +1035,20 @@ if mode == REFUND then
   return {now, 1}
 end
 
--- The same key may appear twice in one call: later checks see the earlier ones' new state,
--- and the last one that counts writes it.
+-- The same state may be checked twice in one call: later checks see the earlier ones' new
+-- state, and the last one that counts writes it.
 local seen = {}
 local outcomes = {}
 local all_allowed = true
 for i, c in ipairs(checks) do
-  local entry = seen[c[1]]
+  local id = c[2] == LOG and c[1] or c[1] .. c[9]
+  local entry = seen[id]
   if not entry then
     local state, found = load(c, now, 0)
     entry = {state = state, before = state, found = found, last = false}
-    seen[c[1]] = entry
+    seen[id] = entry
   end
+  c[10] = entry
   local outcome = (c[7] and DECIDE_BIG or DECIDE)[c[2]](entry.state, now, c[3], c[4], c[5], c[6])
   if c[8] then
     local until_us = block_of(c[8][1])[1]
@@ -1064,7 +1067,7 @@ end
 
 if mode == HIT and all_allowed then
   for i, c in ipairs(checks) do
-    local entry = seen[c[1]]
+    local entry = c[10]
     if entry.last == i then store(c, outcomes[i][6], outcomes[i][7], now, margin_ms, entry.found) end
   end
 else
@@ -1072,7 +1075,7 @@ else
   -- reports what is left now, as a cost of 0 does.
   for i, c in ipairs(checks) do
     if outcomes[i][1] and c[6] ~= 0 then
-      outcomes[i] = (c[7] and DECIDE_BIG or DECIDE)[c[2]](seen[c[1]].before, now, c[3], c[4], c[5], 0)
+      outcomes[i] = (c[7] and DECIDE_BIG or DECIDE)[c[2]](c[10].before, now, c[3], c[4], c[5], 0)
     end
   end
   if mode == HIT and blocks > 0 then start_blocks(checks, outcomes, now, margin_ms) end
@@ -1106,7 +1109,7 @@ if whole then
     at = at + 7
   end
   if states then
-    for i, c in ipairs(checks) do reply[at + i] = snapshot(c, seen[c[1]].before) end
+    for i, c in ipairs(checks) do reply[at + i] = snapshot(c, c[10].before) end
   end
   return reply
 end
@@ -1143,7 +1146,7 @@ if text then
   local reply = {pack('<dd', now, allowed + 4), pack('<d', #body), body}
   if states then
     for _, c in ipairs(checks) do
-      local raw = snapshot(c, seen[c[1]].before)
+      local raw = snapshot(c, c[10].before)
       reply[#reply + 1] = pack('<d', #raw) .. raw
     end
   end
@@ -1158,7 +1161,7 @@ for i = 1, #checks do
 end
 if states then
   for _, c in ipairs(checks) do
-    local raw = snapshot(c, seen[c[1]].before)
+    local raw = snapshot(c, c[10].before)
     reply[#reply + 1] = pack('<d', #raw) .. raw
   end
 end
