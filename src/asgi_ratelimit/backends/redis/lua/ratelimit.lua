@@ -740,28 +740,30 @@ local function bucket_state(raw, code, amount, period, burst, start, is_big_chec
   return {rel, NOW}
 end
 
--- A check's state at now (nil when absent), and for the bucket kinds the hash it was found
--- in and that generation's number. The bucket kinds look in the current generation and the
--- previous one, from `ahead` generations on (a refund, made at the instant of its hit, may
--- find the state moved forward since).
+-- A check's state at now (nil when absent); for the bucket kinds the hash it was found in
+-- and that generation's number; and the hash a hit at now writes it to. The bucket kinds
+-- look in the current generation and the previous one, from `ahead` generations on (a
+-- refund, made at the instant of its hit, may find the state moved forward since).
 local function load(c, now, ahead)
   local key, code, amount, period, burst, field = c[1], c[2], c[3], c[4], c[5], c[9]
   if code == 1 then
     local window = floordiv(now, period)
-    local raw = redis.call('HGET', hash_of(key, window), field)
-    if not raw then return nil end
-    return {window, count_of(raw)}
+    local home = hash_of(key, window)
+    local raw = redis.call('HGET', home, field)
+    if not raw then return nil, nil, nil, home end
+    return {window, count_of(raw)}, nil, nil, home
   end
   if code == 3 then
     local window = floordiv(now, period)
-    local raw = redis.call('HGET', hash_of(key, window), field)
+    local home = hash_of(key, window)
+    local raw = redis.call('HGET', home, field)
     if raw then
       local current, previous = pair_of(raw, amount)
-      return {window, current, previous}
+      return {window, current, previous}, nil, nil, home
     end
     raw = redis.call('HGET', hash_of(key, window - 1), field)
-    if not raw then return nil end
-    return {window, 0, (pair_of(raw, amount))}
+    if not raw then return nil, nil, nil, home end
+    return {window, 0, (pair_of(raw, amount))}, nil, nil, home
   end
   if code == LOG then
     local raw = redis.call('LRANGE', key, 0, -1)
@@ -779,14 +781,16 @@ local function load(c, now, ahead)
   end
   local length = generation(amount, period, burst)
   local g = floordiv(now, length)
+  local home
   for n = g + ahead, g - 1, -1 do
     local hash = hash_of(key, n)
+    if n == g then home = hash end
     local raw = redis.call('HGET', hash, field)
     if raw then
-      return bucket_state(raw, code, amount, period, burst, n * length, c[7]), hash, n
+      return bucket_state(raw, code, amount, period, burst, n * length, c[7]), hash, n, home
     end
   end
-  return nil
+  return nil, nil, nil, home
 end
 
 -- A state as the deny cache reads it (parse_state in _script.py): one integer whenever that
@@ -856,26 +860,25 @@ local function store_log(key, state, ms)
   redis.call('PEXPIRE', key, ms)
 end
 
--- Write what a passing hit leaves: in the hash of its window, or of the current generation
--- (the bucket kinds: moved there from `found`, the previous one, when it was read there).
--- A hash gets its expiry with its first field: when the window is over (the sliding window
--- counter: the next one too, which reads it), or two generations on.
-local function store(c, state, ttl, now, margin_ms, found)
+-- Write what a passing hit leaves in `hash`, the one of its window or of the current
+-- generation (the bucket kinds: moved there from `found`, the previous one, when it was read
+-- there). A hash gets its expiry with its first field: when the window is over (the sliding
+-- window counter: the next one too, which reads it), or two generations on.
+local function store(c, state, ttl, now, margin_ms, found, hash)
   local key, code, amount, period, burst, field = c[1], c[2], c[3], c[4], c[5], c[9]
   if code == LOG then
     store_log(key, state, ceil(ttl / 1000) + margin_ms)
     return
   end
-  local hash, value, ends
+  local value, ends
   if code == 1 then
-    hash, value, ends = hash_of(key, state[1]), count_value(state[2]), (state[1] + 1) * period
+    value, ends = count_value(state[2]), (state[1] + 1) * period
   elseif code == 3 then
-    hash = hash_of(key, state[1])
     value, ends = pair_value(state[2], state[3], amount), (state[1] + 2) * period
   else
     local length = generation(amount, period, burst)
     local g = floordiv(now, length)
-    hash, ends = hash_of(key, g), (g + 2) * length
+    ends = (g + 2) * length
     value = bucket_value(code, state, amount, period, burst, g * length, c[7])
   end
   -- (Past 2^53 us, 285 years, a hash is kept without an expiry.)
@@ -1044,8 +1047,8 @@ for i, c in ipairs(checks) do
   local id = c[2] == LOG and c[1] or c[1] .. c[9]
   local entry = seen[id]
   if not entry then
-    local state, found = load(c, now, 0)
-    entry = {state = state, before = state, found = found, last = false}
+    local state, found, _, home = load(c, now, 0)
+    entry = {state = state, before = state, found = found, home = home, last = false}
     seen[id] = entry
   end
   c[10] = entry
@@ -1068,7 +1071,9 @@ end
 if mode == HIT and all_allowed then
   for i, c in ipairs(checks) do
     local entry = c[10]
-    if entry.last == i then store(c, outcomes[i][6], outcomes[i][7], now, margin_ms, entry.found) end
+    if entry.last == i then
+      store(c, outcomes[i][6], outcomes[i][7], now, margin_ms, entry.found, entry.home)
+    end
   end
 else
   -- Nothing is counted (a peek, or a check refused the request): a check that would pass
