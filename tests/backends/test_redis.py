@@ -270,7 +270,7 @@ async def test_memory_per_identity_is_small_and_stated(
         if algorithm == "sliding_window_log":
             assert size < 100 * 16 + 300, usage  # O(limit): about 10 bytes per logged request
         else:
-            assert size <= 120, usage  # a hash of one field: its own cost, shared when full
+            assert size <= 120, usage  # a hash of one field: its whole cost, shared when full
 
 
 # -- Redis Cluster: requests spanning slots ----------------------------------------------
