@@ -2,14 +2,14 @@
 
 One script (``lua/ratelimit.lua``) decides every check of a request, whatever the mix of
 algorithms, so a request costs one EVALSHA. This module turns `Check` objects into the
-script's KEYS/ARGV and its reply (integers, or doubles exact for fractions and infinity)
+script's KEYS/ARGV and its reply (doubles, exact for fractions and infinity, or integers)
 back into `Outcome` objects.
 
     args = encode("hit", checks, keys, now_us=None)  # [head, fields, <5 doubles>...]
     names = script_keys(checks, keys)                # one per check (see script_key)
     reply = await client.execute_command("EVALSHA", SCRIPT_SHA, len(names), *names, *args,
                                          NEVER_DECODE=[])
-    now_us, outcomes, snapshots = decode(reply, checks)   # integers, or one binary string
+    now_us, outcomes, snapshots = decode(reply, checks)   # reply: one binary string
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import hashlib
 import struct
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any, Literal
+from typing import Literal
 
 from ..._rates import Limit
 from ...algorithms import Outcome, State
@@ -114,9 +114,9 @@ _HEAD = struct.Struct("<2d")
 
 
 @functools.lru_cache(maxsize=64)
-def _reply_layout(checks: int) -> struct.Struct:
-    """Seven doubles per check."""
-    return struct.Struct(f"<{7 * checks}d")
+def _reply_layout(checks: int, whole: bool) -> struct.Struct:
+    """Seven numbers per check: eight-byte integers when all are whole, else doubles."""
+    return struct.Struct(f"<{7 * checks}{'q' if whole else 'd'}")
 
 
 _LENGTH = struct.Struct("<d")
@@ -196,76 +196,60 @@ def head(mode: Mode, now_us: int | None, want_state: bool = False, ttl_margin_ms
     return _HEAD_ARG.pack(_MODES[mode], want_state, ttl_margin_ms, clock)
 
 
-def decode(
-    reply: list[Any] | bytes, checks: Sequence[Check]
-) -> tuple[int, list[Outcome], list[State | None]]:
-    """``(now_us, outcomes, stored states)`` from the script's reply: an array of integers
-    (and states) when every number is whole, else one binary string.
+def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], list[State | None]]:
+    """``(now_us, outcomes, stored states)`` from the script's reply (one binary string).
 
     The stored states are those read before the decision (None when absent or not asked
     for), in the algorithms' own representation, so the deny cache can replay them.
     """
-    if isinstance(reply, list):
-        return _decode_whole(reply, checks)
     if not isinstance(reply, bytes):
         raise TypeError(f"the script's reply must be read undecoded (bytes), got {reply!r:.80}")
     now, flags = _HEAD.unpack_from(reply)
     if flags >= 4:  # a number past 2^53 (a big limit's times): text
         texts, offset = _decode_text(reply, checks)
         return int(now), texts, _states(reply, offset, checks, int(now))
-    layout = _reply_layout(len(checks))
+    whole = flags >= 2  # the script sent integers: every number is whole
+    layout = _reply_layout(len(checks), whole)
     numbers = layout.unpack_from(reply, _HEAD.size)
     outcomes: list[Outcome] = []
     at = 0
-    for check in checks:
-        allowed, remaining, reset, retry, delay, ttl, more = numbers[at : at + 7]
-        at += 7
-        outcomes.append(
-            Outcome(
-                allowed == 1,
-                check.limit.burst,
-                int(remaining) if remaining.is_integer() else remaining,
-                int(reset),
-                int(retry) if retry.is_integer() else retry,
-                int(delay),
-                None,
-                int(ttl),
-                int(more),
+    if whole:
+        for check in checks:
+            # allowed, limit, remaining, reset_us, retry_us, delay_us, state, ttl_us,
+            # next_us: the state lives in Redis. Whole numbers are ints, as the Python
+            # algorithms give them.
+            outcomes.append(
+                Outcome(
+                    numbers[at] == 1,
+                    check.limit.burst,
+                    numbers[at + 1],
+                    numbers[at + 2],
+                    numbers[at + 3],
+                    numbers[at + 4],
+                    None,
+                    numbers[at + 5],
+                    numbers[at + 6],
+                )
             )
-        )
+            at += 7
+    else:
+        for check in checks:
+            allowed, remaining, reset, retry, delay, ttl, more = numbers[at : at + 7]
+            at += 7
+            outcomes.append(
+                Outcome(
+                    allowed == 1,
+                    check.limit.burst,
+                    int(remaining) if remaining.is_integer() else remaining,
+                    int(reset),
+                    int(retry) if retry.is_integer() else retry,
+                    int(delay),
+                    None,
+                    int(ttl),
+                    int(more),
+                )
+            )
     return int(now), outcomes, _states(reply, _HEAD.size + layout.size, checks, int(now))
-
-
-def _decode_whole(
-    reply: list[Any], checks: Sequence[Check]
-) -> tuple[int, list[Outcome], list[State | None]]:
-    """The array of integers: now, flags, seven numbers a check, then the states if sent."""
-    now = reply[0]
-    outcomes: list[Outcome] = []
-    at = 2
-    for check in checks:
-        # allowed, limit, remaining, reset_us, retry_us, delay_us, state, ttl_us, next_us:
-        # the state lives in Redis. Whole numbers are ints, as the Python algorithms give.
-        outcomes.append(
-            Outcome(
-                reply[at] == 1,
-                check.limit.burst,
-                reply[at + 1],
-                reply[at + 2],
-                reply[at + 3],
-                reply[at + 4],
-                None,
-                reply[at + 5],
-                reply[at + 6],
-            )
-        )
-        at += 7
-    if len(reply) == at:
-        return now, outcomes, [None] * len(checks)
-    states = [
-        parse_state(raw, check.limit, now) for raw, check in zip(reply[at:], checks, strict=True)
-    ]
-    return now, outcomes, states
 
 
 def _decode_text(reply: bytes, checks: Sequence[Check]) -> tuple[list[Outcome], int]:
