@@ -13,16 +13,24 @@ the decisions a second one Redis core can make. ``--baseline TREE`` runs the sam
 with another checkout's package (``TREE/src``) against the same server first, and prints both.
 Each figure is the least of ``--repeat`` passes (3; before and after alternate): other work on
 the machine only ever adds to a command's time, so the least is the closest to its cost.
+
+``--instructions`` counts instead the instructions the server runs inside ``FCALL`` per call
+(``redis-server`` under valgrind's callgrind, collecting in ``fcallCommand`` only, from 300
+identities): unlike times, the same on a busy machine and a quiet one, run after run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
 import json
 import os
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -42,10 +50,12 @@ IDENTITIES = 2_000
 IN_FLIGHT = 50
 
 
-async def _calls(backend: RedisBackend, limits: list[Limit], name: str, rounds: int) -> None:
-    checks = [[Check(f"{name}:{i}", limit) for limit in limits] for i in range(IDENTITIES)]
+async def _calls(
+    backend: RedisBackend, limits: list[Limit], name: str, rounds: int, identities: int
+) -> None:
+    checks = [[Check(f"{name}:{i}", limit) for limit in limits] for i in range(identities)]
     for _ in range(rounds):
-        for start in range(0, IDENTITIES, IN_FLIGHT):
+        for start in range(0, identities, IN_FLIGHT):
             outcomes = await asyncio.gather(
                 *(backend.hit(c) for c in checks[start : start + IN_FLIGHT])
             )
@@ -53,10 +63,11 @@ async def _calls(backend: RedisBackend, limits: list[Limit], name: str, rounds: 
                 raise SystemExit(f"{name}: a never-reached limit denied")
 
 
-async def measure(url: str, rounds: int) -> dict[str, float]:
-    """``{"<algorithm> <n>": server us per script call}``."""
+async def measure(url: str, rounds: int, callgrind: Callgrind | None = None) -> dict[str, float]:
+    """``{"<algorithm> <n>": server us per script call}`` (instructions with ``callgrind``)."""
     client = aioredis.from_url(url)
     result: dict[str, float] = {}
+    identities = IDENTITIES if callgrind is None else 300  # valgrind is slow
     # A long timeout: a busy machine must not turn a slow reply into the failure policy.
     async with RedisBackend.from_url(url, deny_cache=False, timeout=30.0) as backend:
         for algorithm in ALGORITHMS:
@@ -64,9 +75,14 @@ async def measure(url: str, rounds: int) -> dict[str, float]:
                 limits = [Limit(text, algorithm=algorithm) for text in texts]
                 name = f"{algorithm} {len(texts)}"
                 await client.flushdb()
-                await _calls(backend, limits, name, 1)  # every identity's state exists
+                await _calls(backend, limits, name, 1, identities)  # every state exists
+                if callgrind is not None:
+                    callgrind.zero()
+                    await _calls(backend, limits, name, rounds, identities)
+                    result[name] = callgrind.count() / (rounds * identities)
+                    continue
                 await client.config_resetstat()
-                await _calls(backend, limits, name, rounds)
+                await _calls(backend, limits, name, rounds, identities)
                 stats = await client.info("commandstats")
                 script = stats.get("cmdstat_fcall") or stats["cmdstat_evalsha"]
                 result[name] = float(script["usec_per_call"])
@@ -74,11 +90,70 @@ async def measure(url: str, rounds: int) -> dict[str, float]:
     return result
 
 
-def _baseline(tree: str, url: str, rounds: int) -> dict[str, float]:
+class Callgrind:
+    """``redis-server`` under callgrind, counting instructions in ``fcallCommand`` only."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._dir = tempfile.TemporaryDirectory(prefix="bench-callgrind-")
+        self._out = os.path.join(self._dir.name, "callgrind.out")
+        self._proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--collect-atstart=no",
+             "--toggle-collect=fcallCommand", f"--callgrind-out-file={self._out}",
+             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self._dir.name],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.2)
+        self.close()
+        raise SystemExit("redis_server_time: redis-server under valgrind did not start")
+
+    def zero(self) -> None:
+        subprocess.run(["callgrind_control", "-z", str(self._proc.pid)], check=True,
+                       capture_output=True)  # fmt: skip
+
+    def count(self) -> int:
+        """Instructions since `zero` (callgrind dumps them to a new numbered file)."""
+        before = set(glob.glob(self._out + ".*"))
+        subprocess.run(["callgrind_control", "-d", str(self._proc.pid)], check=True,
+                       capture_output=True)  # fmt: skip
+        [dump] = set(glob.glob(self._out + ".*")) - before
+        with open(dump) as lines:
+            for line in lines:
+                if line.startswith(("summary:", "totals:")):
+                    return int(line.split()[1])
+        raise SystemExit(f"redis_server_time: no totals in {dump}")
+
+    def close(self) -> None:
+        self._proc.terminate()
+        self._proc.wait()
+        self._dir.cleanup()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _baseline(tree: str, url: str | None, rounds: int) -> dict[str, float]:
+    """The figures of ``tree``'s package: on the server at ``url``, or (None) in
+    instructions, on a server of its own under callgrind."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(tree, "src"), here]))
+    where = ["--url", url] if url else ["--instructions"]
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.redis_server_time", "--url", url, "--json",
+        [sys.executable, "-m", "benchmarks.redis_server_time", *where, "--json",
          "--rounds", str(rounds)],
         env=env, check=True, capture_output=True, text=True,
     )  # fmt: skip
@@ -93,7 +168,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="use this Redis (it is FLUSHED) instead of starting one")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--repeat", type=int, default=3, help="passes (default 3)")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions (callgrind) instead"
+    )
     args = parser.parse_args(argv)
+    if args.instructions:
+        base = _baseline(args.baseline, None, args.rounds) if args.baseline else None
+        callgrind = Callgrind()
+        try:
+            result = asyncio.run(measure(callgrind.url, args.rounds, callgrind))
+        finally:
+            callgrind.close()
+        if args.json:
+            print(json.dumps(result if base is None else {"before": base, "after": result}))
+        else:
+            _print(result, base, "under callgrind", "thousand instructions", 1 / 1000)
+        return 0
     if args.url:
         result = asyncio.run(measure(args.url, args.rounds))
         if args.json:
@@ -120,9 +210,14 @@ def _least(known: dict[str, float] | None, new: dict[str, float]) -> dict[str, f
     return {name: min(value, (known or {}).get(name, value)) for name, value in new.items()}
 
 
-def _print(result: dict[str, Any], before: dict[str, Any] | None, version: str) -> None:
-    print(f"Redis {version}: server us per script call (INFO commandstats), "
-          f"{IDENTITIES} identities, {IN_FLIGHT} in flight")  # fmt: skip
+def _print(
+    result: dict[str, Any],
+    before: dict[str, Any] | None,
+    version: str,
+    unit: str = "us",
+    scale: float = 1.0,
+) -> None:
+    print(f"Redis {version}: server {unit} per script call, {IN_FLIGHT} in flight")
     head = f"{'algorithm':<24} {'limits':>6}"
     if before is not None:
         head += f" {'before':>8}"
@@ -131,8 +226,8 @@ def _print(result: dict[str, Any], before: dict[str, Any] | None, version: str) 
         algorithm, n = name.split()
         line = f"{algorithm:<24} {n:>6}"
         if before is not None:
-            line += f" {before[name]:>8.2f}"
-        line += f" {now:>8.2f}"
+            line += f" {before[name] * scale:>8.2f}"
+        line += f" {now * scale:>8.2f}"
         if before is not None:
             line += f"  {now / before[name]:>10.2f}"
         print(line)
