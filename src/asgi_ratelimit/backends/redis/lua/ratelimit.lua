@@ -39,7 +39,7 @@
 
 local floor, ceil, fmod, huge = math.floor, math.ceil, math.fmod, math.huge
 
-local tostring, sub, match, find, format = tostring, string.sub, string.match, string.find, string.format
+local tostring, sub, match, format = tostring, string.sub, string.match, string.format
 local pack, unpack_struct, byte = struct.pack, struct.unpack, string.byte
 
 -- The exact text of a number (what %.17g writes), for the sliding log's entries. Writing
