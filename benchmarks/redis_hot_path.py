@@ -39,7 +39,7 @@ from asgi_ratelimit import Decision, Limit, RateLimiter
 from asgi_ratelimit._decision import Policy
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
-from asgi_ratelimit.backends.redis._script import SCRIPT, SCRIPT_SHA, encode
+from asgi_ratelimit.backends.redis._script import SCRIPT, SCRIPT_SHA, encode, script_keys
 
 __all__ = ["main"]
 
@@ -148,7 +148,8 @@ def _variants(
     for i in range(IDENTITIES):
         checks = [Check(f"raw:{i}", limit) for limit in raw_limits]
         keys = [backend.storage_key(c.key, c.limit) for c in checks]
-        raw.append((len(keys), *keys, *encode("hit", checks, now_us=None, want_state=True)))
+        names = script_keys(checks, keys)
+        raw.append((len(names), *names, *encode("hit", checks, keys, now_us=None, want_state=True)))
 
     async def evalsha(i: int) -> Any:
         return await client.evalsha(SCRIPT_SHA, *raw[i % IDENTITIES])

@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from asgi_ratelimit._rates import Limit
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
-from asgi_ratelimit.backends.redis._script import FUNCTION_NAME, encode
+from asgi_ratelimit.backends.redis._script import FUNCTION_NAME, encode, script_keys
 
 from .redis_hot_path import _Server
 
@@ -54,7 +54,8 @@ async def _run(url: str) -> None:
     checks = [Check("user:1", limit) for limit in limits]
     async with RedisBackend.from_url(url, prefix="bench:", deny_cache=False) as backend:
         keys = [backend.storage_key("user:1", limit) for limit in limits]
-        args = encode("hit", checks, now_us=None)
+        args = encode("hit", checks, keys, now_us=None)
+        names = script_keys(checks, keys)
         client = aioredis.from_url(url, max_connections=IN_FLIGHT)
 
         async def ours() -> object:
@@ -62,7 +63,7 @@ async def _run(url: str) -> None:
 
         async def redis_py() -> object:
             return await client.execute_command(
-                "FCALL", FUNCTION_NAME, len(keys), *keys, *args, NEVER_DECODE=[]
+                "FCALL", FUNCTION_NAME, len(names), *names, *args, NEVER_DECODE=[]
             )
 
         variants: dict[str, Call] = {

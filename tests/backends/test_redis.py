@@ -23,6 +23,7 @@ from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._keys import budget_code as limit_code
 from asgi_ratelimit.backends.redis._script import decode
 from asgi_ratelimit.http._rules import Rule
+from tests.backends.redis_state import state_keys
 from tests.conftest import FakeClock, settle
 from tests.redis_servers import RedisServer, require_redis_binaries
 
@@ -129,16 +130,27 @@ async def test_keys_are_hashed_tagged_and_all_have_a_ttl(
     for identity in hostile:
         await backend.hit([Check(identity, limit) for limit in ALL_ALGORITHMS])
     keys = sorted([k async for k in redis_client.scan_iter(match=f"{prefix}*")])
-    assert len(keys) == len(hostile) * len(ALL_ALGORITHMS)
+    codes = {limit_code(limit): limit for limit in ALL_ALGORITHMS}
+    logs, fields = 0, 0
     for key in keys:
         text = key.decode()
-        tag, rest = text[len(prefix) :].split("}:", 1)
-        assert tag.startswith("{") and len(tag) == 23 and all(c in BASE64URL for c in tag[1:])
-        assert rest in {limit_code(limit) for limit in ALL_ALGORITHMS}
-        assert len(rest) == 8 and all(c in BASE64URL for c in rest)
-        assert len(text) == len(prefix) + 33  # fixed, whatever the identity
+        bucket, rest = text[len(prefix) :].split("}:", 1)
+        assert bucket.startswith("{") and 0 < int(bucket[1:], 16) < 2**15
+        if len(rest) == 31:  # an identity's own key: "<tag>:<code>", the sliding log
+            tag, code = rest.split(":")
+            assert len(tag) == 22 and all(c in BASE64URL for c in tag)
+            assert codes[code].algorithm == "sliding_window_log"
+            logs += 1
+        else:  # a hash of the bucket: "<code>:<window or generation>", 8-byte fields
+            code, number = rest.split(":")
+            assert codes[code].algorithm != "sliding_window_log" and int(number) > 0
+            names = await redis_client.hkeys(key)  # type: ignore[misc]
+            assert all(len(name) == 8 for name in names)
+            assert await redis_client.object("encoding", key) == b"listpack"
+            fields += len(names)
         # The injected clock adds a 60 s margin (see RedisBackend); never a key without TTL.
         assert 0 < await redis_client.pttl(key) <= 120_000 + 60_000
+    assert logs == len(hostile) and fields == len(hostile) * (len(ALL_ALGORITHMS) - 1)
 
 
 async def test_ttls_are_no_longer_than_needed_with_the_server_clock(
@@ -147,12 +159,12 @@ async def test_ttls_are_no_longer_than_needed_with_the_server_clock(
     async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
         await backend.hit([Check("t", limit) for limit in ALL_ALGORITHMS])
         for limit in ALL_ALGORITHMS:
-            ttl = await redis_client.pttl(backend.storage_key("t", limit))
-            # One request of 5/minute: 12 s for the buckets, up to 60 s for the log and the
-            # fixed window, up to 120 s for the counter (it still weighs the previous window).
-            bound = {"token_bucket": 12_000, "gcra": 12_000, "leaky_bucket": 12_000}.get(
-                limit.algorithm, 120_000 if limit.algorithm == "sliding_window_counter" else 60_000
-            )
+            [key] = await state_keys(redis_client, backend, "t", limit)
+            ttl = await redis_client.pttl(key)
+            # One request of 5/minute: up to 60 s for the log and the fixed window, up to
+            # 120 s for the counter (it still weighs the previous window) and the buckets'
+            # hashes (two generations of the most a state can matter: 60 s, and 1 us).
+            bound = 60_000 if limit.algorithm in ("fixed_window", "sliding_window_log") else 120_001
             assert 0 < ttl <= bound, limit
 
 
@@ -241,23 +253,24 @@ async def test_deny_cache_with_the_server_clock_never_says_come_back_early(
 # -- memory per key ----------------------------------------------------------------------
 
 
-async def test_memory_per_key_is_small_and_stated(
+async def test_memory_per_identity_is_small_and_stated(
     redis_url: str, redis_client: aioredis.Redis, prefix: str
 ) -> None:
-    """The README's figures: MEMORY USAGE of one key per algorithm (key name included)."""
+    """The guide's figures: a sliding log's key grows with its entries; the other kinds keep
+    a few bytes in a hash that the identities of a bucket share."""
     async with RedisBackend.from_url(redis_url, prefix=prefix, deny_cache=False) as backend:
         usage = {}
         for limit in ALL_ALGORITHMS:
             big = Limit("1000/hour", algorithm=limit.algorithm)
             for _ in range(100 if big.algorithm == "sliding_window_log" else 1):
                 await backend.hit([Check("user:42", big)])
-            key = backend.storage_key("user:42", big)
+            [key] = await state_keys(redis_client, backend, "user:42", big)
             usage[big.algorithm] = await redis_client.memory_usage(key, samples=0)
     for algorithm, size in usage.items():
         if algorithm == "sliding_window_log":
             assert size < 100 * 16 + 300, usage  # O(limit): about 10 bytes per logged request
         else:
-            assert size <= 200, usage  # one short string per key
+            assert size <= 120, usage  # a hash of one field: its whole cost, shared when full
 
 
 # -- Redis Cluster: requests spanning slots ----------------------------------------------

@@ -248,10 +248,10 @@ def test_fail_fast_says_the_user_lacks_a_permission_and_gives_the_acl(
     assert "start Redis there" not in message
 
 
-def test_a_user_short_of_get_is_one_error_with_the_whole_acl(
+def test_a_user_short_of_hset_is_one_error_with_the_whole_acl(
     redis_url: str, user: tuple[str, str, list[int]], caplog: pytest.LogCaptureFixture
 ) -> None:
-    grant(user, ports_of(redis_url), short_of("get"))  # the start-up probe passes without it
+    grant(user, ports_of(redis_url), short_of("hset"))  # the start-up probe passes without it
     caplog.set_level(logging.INFO, logger="asgi_ratelimit")
 
     async def requests() -> list[bool]:

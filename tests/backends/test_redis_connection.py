@@ -28,6 +28,7 @@ from asgi_ratelimit.backends._memory import MemoryBackend
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._connection import Connection, ConnectionLost, ReplyError
+from asgi_ratelimit.backends.redis._keys import bucket_of, field_of
 from asgi_ratelimit.backends.redis._keys import budget_code as limit_code
 from asgi_ratelimit.backends.redis._resp import command, frame
 from asgi_ratelimit.backends.redis._script import (
@@ -37,7 +38,9 @@ from asgi_ratelimit.backends.redis._script import (
     decode,
     encode,
     framed_args,
+    script_keys,
 )
+from tests.backends.redis_state import state_keys
 from tests.conftest import FakeClock
 from tests.redis_servers import REDIS_CLI, RedisServer, require_redis_binaries
 
@@ -51,12 +54,13 @@ LOOPS: dict[str, Callable[[Coroutine[Any, Any, None]], None]] = {
 
 
 def test_commands_are_framed_exactly_as_redis_py_would_send_them() -> None:
-    keys = ["rl:{00ff}:5:60:3", "cl\u00e9"]
+    keys = ["rl:{7ff}:-HBIBouGIe9ire8Xll2XtQ:-QNmXouq", "rl:{7ff}:-HBIBouGIe9ire8Xll2XtQ:abcdefgh"]
     limits = [Limit("5/minute", algorithm="token_bucket"), Limit("2/minute")]
     checks = [Check("k", limits[0], 0.5), Check("k", limits[1], 9)]
     for now_us in (None, 1_763_000_000_123_456):
-        args = encode("hit", checks, now_us=now_us, want_state=True, ttl_margin_ms=5)
-        framed = framed_args("hit", checks, now_us=now_us, want_state=True, ttl_margin_ms=5)
+        args = encode("hit", checks, keys, now_us=now_us, want_state=True, ttl_margin_ms=5)
+        fields = b"".join(map(field_of, keys))
+        framed = framed_args("hit", checks, fields, now_us=now_us, want_state=True, ttl_margin_ms=5)
         for name, body in (("EVALSHA", SCRIPT_SHA), ("EVAL", SCRIPT), ("FCALL", FUNCTION_NAME)):
             expected = b"".join(RedisPyConnection().pack_command(name, body, 2, *keys, *args))
             assert command(name, body, [frame(k.encode()) for k in keys], framed) == expected
@@ -284,7 +288,7 @@ async def test_auth_select_and_client_name_of_the_url_or_the_client(
         async with backend:
             assert (await backend.hit([Check("k", Limit("5/minute"))]))[0].allowed
     raw = aioredis.from_url(url)
-    assert (await raw.get(backend.storage_key("k", Limit("5/minute")))) is not None
+    assert len(await state_keys(raw, backend, "k", Limit("5/minute"))) == 1
     assert any(c["name"] == "rl-test" and c["db"] == "3" for c in await raw.client_list())
     await raw.aclose()
     await client.aclose()
@@ -370,11 +374,17 @@ def test_reply_decoding_of_fractions_infinity_and_states() -> None:
         (True, 2, 1, 3, 0, 7, None, 9, 5),
     ]
     assert all(type(x) is int for o in outcomes for x in o[2:6]) and parsed == [None, None]
+    # ... and the states after them, when asked for, each after its length.
+    states_sent = struct.pack("<d", 0) + struct.pack("<d", 12) + b"29383333 1 0"
+    _, _, parsed = decode(whole + states_sent, checks)
+    assert parsed == [None, (29_383_333, 1, 0)]
     with pytest.raises(TypeError, match="undecoded"):
         decode(reply.decode("latin-1"), checks)  # type: ignore[arg-type]
-    args = encode("peek", checks, now_us=None, want_state=True, ttl_margin_ms=60_000)
+    keys = ["rl:{7ff}:-HBIBouGIe9ire8Xll2XtQ:-QNmXouq"] * 2
+    args = encode("peek", checks, keys, now_us=None, want_state=True, ttl_margin_ms=60_000)
     assert args == [
-        "peek t 1 60000",
+        struct.pack("<BBdd", 2, 1, 60_000, -1),  # peek, states, margin, the server's clock
+        field_of(keys[0]) * 2,
         struct.pack("<5d", 4, 5, 60_000_000, 5, 0.5),
         struct.pack("<5d", 3, 2, 60_000_000, 2, 9),
     ]
@@ -404,16 +414,17 @@ async def test_lua_number_text_is_exactly_percent_17g(redis_client: aioredis.Red
 
 @pytest.mark.redis
 async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix: str) -> None:
-    # What makes the hot path fast: one call, one argument per check, one binary string
-    # back (no states when every check passes).
+    # What makes the hot path fast: one call, one argument per check (and the fields), one
+    # binary string back (no states when every check passes).
     async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
         limits = [Limit("10/second"), Limit("100/minute"), Limit("1000/day", algorithm="gcra")]
         checks = [Check("user:1", limit) for limit in limits]
         keys = [backend.storage_key("user:1", limit) for limit in limits]
-        args = encode("hit", checks, now_us=None, want_state=True)
-        assert len(args) == 1 + len(checks)
+        args = encode("hit", checks, keys, now_us=None, want_state=True)
+        assert len(args) == 2 + len(checks)
         client = aioredis.from_url(redis_url)
-        reply = await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)  # type: ignore[misc]
+        names = script_keys(checks, keys)
+        reply = await client.evalsha(SCRIPT_SHA, len(names), *names, *args)  # type: ignore[misc]
         await client.aclose()
         assert isinstance(reply, bytes) and len(reply) == 8 * (2 + 7 * len(checks))
         _, outcomes, _ = decode(reply, checks)
@@ -433,23 +444,6 @@ def test_key_prefix_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     limit = Limit("5/minute")
     for i in range(50):
         key = backend.storage_key(f"user:{i}", limit)
-        assert key == f"p:{{{backend.tag(f'user:{i}')}}}:{limit_code(limit)}"
+        tag = backend.tag(f"user:{i}")
+        assert key == f"p:{{{bucket_of(tag)}}}:{tag}:{limit_code(limit)}"
         assert len(backend._keys._prefixes) <= 8
-
-
-@pytest.mark.redis
-async def test_states_stored_as_text_by_earlier_versions_are_still_read(
-    redis_url: str, prefix: str, clock: FakeClock
-) -> None:
-    limit = Limit("5/minute", algorithm="fixed_window")
-    async with RedisBackend.from_url(redis_url, prefix=prefix, clock=clock) as backend:
-        client = aioredis.from_url(redis_url)
-        key = backend.storage_key("old", limit)
-        window = round(clock.now * 1_000_000) // limit.period_us
-        await client.set(key, f"{window} 3", px=60_000)  # three requests counted, as text
-        [peeked] = await backend.peek([Check("old", limit)])
-        assert (peeked.allowed, peeked.remaining) == (True, 2)  # what is left now
-        [hit] = await backend.hit([Check("old", limit)])
-        assert (hit.allowed, hit.remaining) == (True, 1)
-        assert await client.get(key) == str(window * 6 + 4).encode()  # one integer now
-        await client.aclose()

@@ -27,6 +27,7 @@ from asgi_ratelimit._rates import Limit
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.http._rules import Rule
+from tests.backends.redis_state import state_keys
 from tests.conftest import FakeClock, settle
 from tests.redis_servers import RedisServer, free_port, require_redis_binaries, start_cluster
 
@@ -141,7 +142,7 @@ async def test_server_killed_mid_traffic_and_restarted(
         decision = await limiter.hit("k", limit)
         assert decision.allowed and decision.remaining == 4  # Redis counts again, from empty
         raw = aioredis.from_url(own_redis.url)
-        assert await raw.get(backend.storage_key("k", limit)) is not None
+        assert len(await state_keys(raw, backend, "k", limit)) == 1
         await raw.aclose()
     errors, warnings = _outage_lines(caplog)
     assert len(errors) == 1 and "failed" in errors[0]

@@ -108,7 +108,8 @@ async def test_without_a_secret_a_dump_gives_the_ip_back(
 def recovered_addresses(stored: list[bytes], network: str) -> list[str]:
     """The addresses of ``network`` whose unkeyed identity hash appears in ``stored``."""
     everything = b"\n".join(stored)
-    tags = {part.split(b"}")[0] for part in everything.split(b"{")[1:]}
+    # keys of an identity's own: prefix{bucket}:<tag>:<code>
+    tags = {part.split(b":")[1] for part in everything.split(b"}")[1:] if part.count(b":") >= 2}
     tags |= set(stored)  # the override's field
     return [
         str(address)

@@ -1,10 +1,10 @@
-"""What a key costs in Redis: short fixed-length names and one integer per single-value state.
+"""What a state costs in Redis: a field of 8 bytes and one small integer in a shared hash.
 
-Redis keeps an integer string inside its object header, so a key whose value is one integer
-costs 88 bytes of ``MEMORY USAGE`` (with the default prefix) where 17 binary bytes cost 136.
-These tests pin the stored forms exactly, that every single-value algorithm stays under 100
-bytes, and that the forms used where an integer would not be exact still decide exactly
-like the memory backend.
+Every kind but the sliding log keeps an identity's state as a field of a hash that the
+identities of one bucket share (``lua/ratelimit.lua``, "Where states live"), as one integer
+where that is exact, which Redis keeps in a few bytes of the hash's compact encoding
+(listpack). These tests pin the stored forms exactly, and that the forms used where an
+integer would not be exact still decide exactly like the memory backend.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from asgi_ratelimit._rates import Limit
-from asgi_ratelimit.backends._memory import MemoryBackend
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
-from asgi_ratelimit.backends.redis._script import SCRIPT_SHA, decode, encode, parse_state
+from asgi_ratelimit.backends.redis._keys import tag_field
+from asgi_ratelimit.backends.redis._script import SCRIPT_SHA, decode, encode, script_keys
+from tests.backends.redis_state import state_keys
 from tests.backends.test_equivalence import _compare
 from tests.conftest import FakeClock
 
@@ -32,26 +33,35 @@ NOW_US = 1_763_000_000_123_456
 
 
 def _identity() -> str:
-    # Keys use the default prefix "rl:" (what is measured); a fresh identity per test keeps
-    # them apart from every other test's.
+    # A fresh identity per test keeps its fields apart from every other test's.
     return f"user:{uuid.uuid4().hex}"
 
 
-def _expected_integer(algorithm: str, now_us: int, limit: Limit) -> int:
-    """The integer one request of cost 1 at ``now_us`` leaves (see ``pack_state``)."""
-    m = limit.amount + 1
-    window = now_us // limit.period_us
+def _expected(algorithm: str, now_us: int, limit: Limit) -> tuple[int, int]:
+    """The hash's number (window or generation) and the integer one request of cost 1 at
+    ``now_us`` leaves in it."""
     if algorithm == "fixed_window":
-        return window * m + 1
-    if algorithm == "sliding_window_counter":
-        return (window * m + 1) * m + 0
-    # The bucket kinds: at * amount + backlog, the backlog being one request's scaled cost
-    # (for the token bucket, what it lacks to be full).
-    return now_us * limit.amount + limit.period_us
+        return now_us // limit.period_us, 1
+    if algorithm == "sliding_window_counter":  # current * (amount + 1) + previous
+        return now_us // limit.period_us, 1 * (limit.amount + 1) + 0
+    # The bucket kinds: (at - the generation's start) * amount + backlog, the backlog being
+    # one request's scaled cost (for the token bucket, what it lacks to be full).
+    length = -(-limit.burst * limit.period_us // limit.amount) + 1
+    generation = now_us // length
+    return generation, (now_us - generation * length) * limit.amount + limit.period_us
+
+
+async def _field(
+    client: aioredis.Redis, backend: RedisBackend, user: str, limit: Limit
+) -> tuple[bytes, bytes]:
+    [key] = await state_keys(client, backend, user, limit)
+    value = await client.hget(key, tag_field(backend.tag(user)))  # type: ignore[misc]
+    assert value is not None
+    return key, value
 
 
 @pytest.mark.parametrize("algorithm", SINGLE_VALUE)
-async def test_single_value_states_are_one_integer_under_100_bytes(
+async def test_single_value_states_are_one_integer_in_a_shared_hash(
     redis_url: str, redis_client: aioredis.Redis, algorithm: str
 ) -> None:
     clock = FakeClock(NOW_US / 1_000_000)
@@ -60,15 +70,10 @@ async def test_single_value_states_are_one_integer_under_100_bytes(
         user = _identity()
         [outcome] = await backend.hit([Check(user, limit)])
         assert (outcome.allowed, outcome.remaining) == (True, 999)
-        key = backend.storage_key(user, limit)
-        assert len(key) == 36  # "rl:{" + 22 + "}:" + 8
-        stored = await redis_client.get(key)
-        assert stored == str(_expected_integer(algorithm, NOW_US, limit)).encode()
-        assert await redis_client.object("encoding", key) == b"int"
-        assert await redis_client.memory_usage(key, samples=0) < 100
-        # The deny cache reads the same integer back as the Python algorithm's state.
-        [in_memory] = await MemoryBackend(clock=clock).hit([Check(user, limit)])
-        assert parse_state(stored, limit, NOW_US) == in_memory.state
+        key, stored = await _field(redis_client, backend, user, limit)
+        number, value = _expected(algorithm, NOW_US, limit)
+        assert key.endswith(f":{number}".encode()) and stored == str(value).encode()
+        assert await redis_client.object("encoding", key) == b"listpack"
         [again] = await backend.hit([Check(user, limit)])
         assert (again.allowed, again.remaining) == (True, 998)
 
@@ -76,20 +81,22 @@ async def test_single_value_states_are_one_integer_under_100_bytes(
 async def test_server_time_states_are_integers_too(
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
-    # The production path: now is the server's TIME, split into halves inside the script.
+    # The production path: now is the server's TIME.
     async with RedisBackend.from_url(redis_url, deny_cache=False) as backend:
         limits = [Limit("1000/hour", algorithm=algorithm) for algorithm in SINGLE_VALUE]
         user = _identity()
         checks = [Check(user, limit) for limit in limits]
         keys = [backend.storage_key(user, limit) for limit in limits]
-        args = encode("hit", checks, now_us=None)
-        reply = await redis_client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)  # type: ignore[misc]
+        args = encode("hit", checks, keys, now_us=None)
+        names = script_keys(checks, keys)
+        reply = await redis_client.evalsha(SCRIPT_SHA, len(names), *names, *args)  # type: ignore[misc]
         now_us, outcomes, _ = decode(reply, checks)
         assert [o.remaining for o in outcomes] == [999] * len(limits)
-        for algorithm, limit, key in zip(SINGLE_VALUE, limits, keys, strict=True):
-            expected = _expected_integer(algorithm, now_us, limit)
-            assert await redis_client.get(key) == str(expected).encode(), algorithm
-            assert await redis_client.memory_usage(key, samples=0) < 100, algorithm
+        for algorithm, limit in zip(SINGLE_VALUE, limits, strict=True):
+            key, stored = await _field(redis_client, backend, user, limit)
+            number, value = _expected(algorithm, now_us, limit)
+            assert key.endswith(f":{number}".encode()), algorithm
+            assert stored == str(value).encode(), algorithm
 
 
 async def test_states_an_integer_cannot_hold_exactly_stay_binary_and_exact(
@@ -100,16 +107,14 @@ async def test_states_an_integer_cannot_hold_exactly_stay_binary_and_exact(
         # (limit, cost, why no integer)
         (Limit("5/minute", algorithm="fixed_window"), 0.5, "a fractional count"),
         (Limit("5/minute"), 0.5, "a fractional count"),
-        (Limit("10000/second"), 1, "window * (amount + 1)^2 passes 2^53"),
-        (Limit("100000000/second", algorithm="gcra"), 1, "amount * 1e8 passes 2^53"),
-        (Limit("100000000/second", algorithm="token_bucket"), 1, "amount * 1e8 passes 2^53"),
+        (Limit("1000000/hour", algorithm="gcra"), 1, "4 * burst * period passes 2^53"),
     ]
     async with RedisBackend.from_url(redis_url, clock=clock, deny_cache=False) as backend:
         user = _identity()
         for limit, cost, why in cases:
             await backend.hit([Check(user, limit, cost)])
-            stored = await redis_client.get(backend.storage_key(user, limit))
-            assert stored is not None and stored[:1] == b"\0", why
+            _, stored = await _field(redis_client, backend, user, limit)
+            assert stored[:1] == b"\0", why
             numbers = struct.unpack(f"<{(len(stored) - 1) // 8}d", stored[1:])
             assert all(math.isfinite(x) for x in numbers)
 

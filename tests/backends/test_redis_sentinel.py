@@ -11,6 +11,7 @@ from redis.asyncio.sentinel import Sentinel
 
 from asgi_ratelimit import Limit, RateLimiter
 from asgi_ratelimit.backends.redis import RedisBackend
+from tests.backends.redis_state import state_keys
 from tests.redis_servers import SentinelSetup
 
 pytestmark = pytest.mark.redis
@@ -24,7 +25,7 @@ async def test_the_master_named_by_the_sentinel_counts(
         limiter = RateLimiter(backend=backend)
         assert [(await limiter.hit("k", limit)).allowed for _ in range(4)] == [1, 1, 1, 0]
         master = aioredis.Redis(port=sentinel.master.port)
-        assert await master.exists(backend.storage_key("k", limit)) == 1
+        assert len(await state_keys(master, backend, "k", limit)) == 1
         await master.aclose()
     # A redis-py client from Sentinel.master_for lends its settings the same way.
     client = Sentinel([("127.0.0.1", sentinel.sentinel.port)]).master_for("mymaster")
@@ -51,7 +52,7 @@ async def test_a_failover_is_one_outage_then_the_new_master_counts(
         assert answers[-1] and not all(answers), "the failover was never followed"
         new_master = aioredis.Redis(port=sentinel.replica.port)
         assert (await new_master.role())[0] == b"master"
-        assert await new_master.exists(backend.storage_key("k", limit)) == 1
+        assert len(await state_keys(new_master, backend, "k", limit)) == 1
         await new_master.aclose()
     records = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert [r.levelname for r in records] == ["ERROR", "WARNING"], [r.getMessage() for r in records]

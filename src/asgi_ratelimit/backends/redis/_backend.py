@@ -10,6 +10,7 @@ calling Redis.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -36,7 +37,7 @@ from ._connection import ConnectionLost, ReplyError, running_loop
 from ._cross_slot import run_across_slots
 from ._deny_cache import DenyCache
 from ._health import Health
-from ._keys import KeyNames
+from ._keys import KeyNames, budget_code, tag_field
 from ._leases import RedisLeases
 from ._node import Node
 from ._resp import pack
@@ -347,30 +348,44 @@ class RedisBackend:
         return self._leases
 
     async def reset(self, key: str, limits: Sequence[Limit] | None = None) -> None:
-        """Forget ``key``: every budget of it, or only its direct-use ``limits``."""
-        tag_prefix = self._keys.prefix_of(key)
+        """Forget ``key``: every budget of it, or only its direct-use ``limits``.
+
+        Its states are fields in hashes its bucket shares with other identities, and keys of
+        its own (sliding logs, blocks, leases): one SCAN of the bucket's keys (one Cluster
+        node) finds them all, then the identity's fields are deleted and its keys removed.
+        """
+        tag = self._keys.tag(key)
+        own = self._keys.prefix_of_tag(tag)
         if self.deny_cache is not None:
-            self.deny_cache.forget_prefixes([tag_prefix])
+            self.deny_cache.forget_prefixes([own])
         topology = self._topology
-        send = topology.sender(_slot_of(tag_prefix)) if topology.cluster else topology.node.call
+        send = topology.sender(_slot_of(own)) if topology.cluster else topology.node.call
+        bucket = self._keys.bucket_prefix(tag).encode()
+        mine = own.encode()
+        codes = None if limits is None else {budget_code(limit).encode() for limit in limits}
+        field = tag_field(tag)
         try:
-            if limits is not None:
-                keys: list[bytes] = [self.storage_key(key, limit).encode() for limit in limits]
-            else:
-                # An identity's keys share one hash tag, hence one Cluster node to scan.
-                keys, cursor = [], b"0"
-                match = _glob_escape(tag_prefix) + "*"
-                while True:
-                    cursor, batch = await send(
-                        pack(("SCAN", cursor, "MATCH", match, "COUNT", "1000"))
-                    )
-                    keys += batch
-                    if cursor == b"0":
-                        break
+            keys: list[bytes] = []
+            hashes: list[bytes] = []
+            cursor = b"0"
+            match = _glob_escape(bucket.decode()) + "*"
+            while True:
+                cursor, batch = await send(pack(("SCAN", cursor, "MATCH", match, "COUNT", "1000")))
+                for name in batch:
+                    if name.startswith(mine):  # a key of its own: "<code>" or "<code>!"
+                        if codes is None or name[len(mine) :] in codes:
+                            keys.append(name)
+                        continue
+                    code, colon = name[len(bucket) : len(bucket) + 8], name[len(bucket) + 8 :][:1]
+                    if colon == b":" and (codes is None or code in codes):  # "<code>:<n>"
+                        hashes.append(name)
+                if cursor == b"0":
+                    break
             if keys:
                 await send(pack(("DEL", *keys)))
+            await asyncio.gather(*(send(pack(("HDEL", name, field))) for name in hashes))
         except ReplyError as exc:
-            raise self._refused(exc, tag_prefix) from exc
+            raise self._refused(exc, own) from exc
 
     # -- life cycle -----------------------------------------------------------------------
 

@@ -1,13 +1,18 @@
-"""Key names in Redis: ``prefix{hashed identity}:budget code``, fixed length, one slot per identity.
+"""Key names in Redis: ``prefix{bucket}:hashed identity:budget code``, fixed length.
 
     names = KeyNames("rl:")
-    names.storage_key("user:42", Limit("5/minute"))   # 'rl:{-HBIBouGIe9ire8Xll2XtQ}:-QNmXouq'
+    names.storage_key("user:42", Limit("5/minute"))
+    # 'rl:{11b2}:-HBIBouGIe9ire8Xll2XtQ:-QNmXouq'
     names.storage_key("user:42", Limit("5/minute"), "rule:login")   # same tag, another code
     names.for_checks(checks)                          # the same for every check, validated
+    field_of(storage_key)                             # its field in the hashes: 8 bytes
 
-The identity is hashed so no user data reaches Redis and nobody can pick a Cluster slot; every
-budget of one identity shares its ``{hash tag}``, so one request is one script call on one
-node and one SCAN pattern finds all of an identity's keys. With a key secret
+The identity is hashed so no user data reaches Redis and nobody can pick a Cluster slot. A
+storage key names one identity's budget; the script keeps most states as fields of hashes
+shared by the identities of one bucket (``prefix{bucket}:code:window``, see
+``lua/ratelimit.lua``), so the bucket, 15 bits of the identity's hash, is the Cluster hash
+tag: every budget of one identity is on one slot (one request, one script call on one node)
+and one SCAN pattern finds every key that may hold its state. With a key secret
 (``RateLimiter(key_secret=...)``) the hash is keyed, so nobody can find an identity again
 from its keys by hashing guesses.
 """
@@ -24,7 +29,20 @@ from ..._key_secret import KeySecret, identity_tag
 from ..._rates import Limit
 from .._protocol import Check
 
-__all__ = ["KeyNames", "budget_code"]
+__all__ = [
+    "BUCKETS",
+    "KeyNames",
+    "bucket_of",
+    "budget_code",
+    "field_of",
+    "script_key",
+    "tag_field",
+]
+
+#: Hashes per limit and window (or generation): 32,768, so that at a million identities
+#: active in one window each holds about 30 fields, well within the 128 that Redis keeps in
+#: its compact encoding (``hash-max-listpack-entries``) up to about 3 million.
+BUCKETS = 1 << 15
 
 #: Identity keys whose hashed key prefix is remembered (about 200 bytes each).
 KEY_CACHE_SIZE = 10_000
@@ -82,8 +100,13 @@ class KeyNames:
         return known
 
     def prefix_of_tag(self, tag: str) -> str:
-        """``prefix{tag}:``: where the keys of the identity hashed to ``tag`` begin."""
-        return f"{self.prefix}{{{tag}}}:"
+        """``prefix{bucket}:tag:``: where the keys of the identity hashed to ``tag`` begin."""
+        return f"{self.prefix}{{{bucket_of(tag)}}}:{tag}:"
+
+    def bucket_prefix(self, tag: str) -> str:
+        """``prefix{bucket}:``: where every key that may hold the state of the identity
+        hashed to ``tag`` begins (its own keys, and the hashes of its bucket)."""
+        return f"{self.prefix}{{{bucket_of(tag)}}}:"
 
     def for_checks(self, checks: Sequence[Check]) -> list[str]:
         """The checks' keys (each limit's code worked out once)."""
@@ -114,3 +137,33 @@ def budget_code(limit: Limit, budget: str = "") -> str:
     name = limit.id if not budget else f"{budget}\x1f{limit.id}"
     digest = hashlib.blake2b(name.encode(), digest_size=6, person=b"rl-limit").digest()
     return base64.urlsafe_b64encode(digest).decode("ascii")
+
+
+def _digest(tag: str) -> bytes:
+    return base64.urlsafe_b64decode(tag + "==")
+
+
+def bucket_of(tag: str) -> str:
+    """The bucket of the identity hashed to ``tag``, in hex: 15 bits of its hash, apart from
+    the 64 of its field, so that two identities share state only when all 79 agree."""
+    return format(int.from_bytes(_digest(tag)[8:10], "little") % BUCKETS, "x")
+
+
+def field_of(storage_key: str) -> bytes:
+    """The field of a storage key's identity in the hashes of its bucket (the key's tag is
+    before its last 9 characters, ``:`` and the budget's code)."""
+    return tag_field(storage_key[-31:-9])
+
+
+def script_key(storage_key: str, algorithm: str) -> str:
+    """What the script is given for a storage key: the key itself for a sliding log (a list
+    of its own), else ``prefix{bucket}:code``, where the names of the hashes holding its
+    state begin (the window or generation follows)."""
+    if algorithm == "sliding_window_log":
+        return storage_key
+    return storage_key[:-31] + storage_key[-8:]
+
+
+def tag_field(tag: str) -> bytes:
+    """The field of the identity hashed to ``tag``: the first 8 bytes of its hash."""
+    return _digest(tag)[:8]

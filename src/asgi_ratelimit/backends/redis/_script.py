@@ -2,13 +2,14 @@
 
 One script (``lua/ratelimit.lua``) decides every check of a request, whatever the mix of
 algorithms, so a request costs one EVALSHA. This module turns `Check` objects into the
-script's KEYS/ARGV and its reply (doubles, exact for fractions and infinity) back into
-`Outcome` objects.
+script's KEYS/ARGV and its reply (doubles, exact for fractions and infinity, or integers)
+back into `Outcome` objects.
 
-    args = encode("hit", checks, now_us=None)    # ["hit t 0 0", <5 doubles>, <5 doubles>...]
-    reply = await client.execute_command("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args,
-                                         NEVER_DECODE=[])             # one key per check
-    now_us, outcomes, snapshots = decode(reply, checks)           # reply: one binary string
+    args = encode("hit", checks, keys, now_us=None)  # [head, fields, <5 doubles>...]
+    names = script_keys(checks, keys)                # one per check (see script_key)
+    reply = await client.execute_command("EVALSHA", SCRIPT_SHA, len(names), *names, *args,
+                                         NEVER_DECODE=[])
+    now_us, outcomes, snapshots = decode(reply, checks)   # reply: one binary string
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Literal
 from ..._rates import Limit
 from ...algorithms import Outcome, State
 from .._protocol import Block, Check
+from ._keys import field_of, script_key
 from ._resp import frame
 
 __all__ = [
@@ -36,7 +38,9 @@ __all__ = [
     "decode",
     "encode",
     "framed_args",
+    "head",
     "parse_state",
+    "script_keys",
 ]
 
 SCRIPT: str = resources.files(__package__).joinpath("lua/ratelimit.lua").read_text("utf-8")
@@ -121,6 +125,7 @@ _LENGTH = struct.Struct("<d")
 def encode(
     mode: Mode,
     checks: Sequence[Check],
+    storage_keys: Sequence[str],
     *,
     now_us: int | None,
     want_state: bool = False,
@@ -130,29 +135,41 @@ def encode(
 
     Few arguments, on purpose: each one costs the client a few microseconds to send.
     """
-    clock = "t" if now_us is None else now_us
-    args: list[str | bytes] = [f"{mode} {clock} {1 if want_state else 0} {ttl_margin_ms}"]
+    args: list[str | bytes] = [
+        head(mode, now_us, want_state, ttl_margin_ms),
+        b"".join(map(field_of, storage_keys)),
+    ]
     for check in checks:
         args.append(check_arg(check.limit, check.cost, check.block))
     return args
 
 
+def script_keys(checks: Sequence[Check], storage_keys: Sequence[str]) -> list[str]:
+    """The script's KEYS for these checks (`script_key` of each)."""
+    return [
+        script_key(key, check.limit.algorithm)
+        for check, key in zip(checks, storage_keys, strict=True)
+    ]
+
+
 def framed_args(
     mode: Mode,
     checks: Sequence[Check],
+    fields: bytes,
     *,
     now_us: int | None,
     want_state: bool = False,
     ttl_margin_ms: int = 0,
 ) -> list[bytes]:
-    """`encode`'s ARGV, each already framed for `command`: built once per limit and cost."""
-    head = f"{mode} {'t' if now_us is None else now_us} {1 if want_state else 0} {ttl_margin_ms}"
-    framed = _FRAMED.get(head)
+    """`encode`'s ARGV, each already framed for `command`: built once per limit and cost
+    (``fields``: the checks' `field_of`, joined)."""
+    known = (mode, want_state, ttl_margin_ms)
+    framed = None if now_us is not None else _FRAMED_HEADS.get(known)
     if framed is None:
-        framed = frame(head.encode())
+        framed = frame(head(mode, now_us, want_state, ttl_margin_ms))
         if now_us is None:  # an injected clock's instants are not worth keeping
-            _FRAMED[head] = framed
-    args = [framed]
+            _FRAMED_HEADS[known] = framed
+    args = [framed, frame(fields)]
     for check in checks:
         arg = check_arg(check.limit, check.cost, check.block)
         framed = _FRAMED.get(arg)
@@ -164,8 +181,19 @@ def framed_args(
     return args
 
 
-#: an argument -> its RESP frame (the few script heads and check arguments of the app)
-_FRAMED: dict[str | bytes, bytes] = {}
+#: a check argument -> its RESP frame (the few of the app)
+_FRAMED: dict[bytes, bytes] = {}
+#: (mode, want_state, margin) -> the framed head of a call on the server's clock
+_FRAMED_HEADS: dict[tuple[str, bool, int], bytes] = {}
+_HEAD_ARG = struct.Struct("<BBdd")
+_MODES = {"hit": 1, "peek": 2, "refund": 3}
+
+
+def head(mode: Mode, now_us: int | None, want_state: bool = False, ttl_margin_ms: int = 0) -> bytes:
+    """ARGV[1]: the mode, whether to send states, the TTL margin and the clock (-1: the
+    server's ``TIME``), in a form the script reads with one ``struct.unpack``."""
+    clock = -1 if now_us is None else now_us
+    return _HEAD_ARG.pack(_MODES[mode], want_state, ttl_margin_ms, clock)
 
 
 def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], list[State | None]]:

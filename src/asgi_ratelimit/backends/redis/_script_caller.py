@@ -20,9 +20,10 @@ from typing import Any, Literal
 
 from .._protocol import Check
 from ._connection import ReplyError
+from ._keys import field_of, script_key
 from ._node import Node
 from ._resp import command, frame, pack
-from ._script import FUNCTION_NAME, LIBRARY, SCRIPT, SCRIPT_SHA, Mode, framed_args
+from ._script import FUNCTION_NAME, LIBRARY, SCRIPT, SCRIPT_SHA, Mode, framed_args, head
 
 __all__ = ["BLOCK_SUFFIX", "ScriptCaller", "Send"]
 
@@ -35,7 +36,7 @@ BLOCK_SUFFIX = "!"
 #: Storage keys whose RESP frame is remembered (about 150 bytes each).
 _FRAMED_KEYS = 40_000
 #: A call of the script that decides nothing: it proves the script runs there.
-_NO_CHECKS = [frame(b"peek t 0 0")]
+_NO_CHECKS = [frame(head("peek", None))]
 
 
 class ScriptCaller:
@@ -45,7 +46,7 @@ class ScriptCaller:
         self._ttl_margin_ms = ttl_margin_ms
         #: whether the script is called as a function (Redis 7+), else by EVALSHA
         self.uses_function = True
-        self._framed: dict[str, bytes] = {}
+        self._framed: dict[str, tuple[bytes, bytes]] = {}
 
     async def call(
         self,
@@ -57,12 +58,17 @@ class ScriptCaller:
         want_state: bool = False,
     ) -> Any:
         """The script's reply (bytes) for these checks."""
-        keys = self._framed_keys(storage_keys)
+        keys, fields = self._framed_keys(checks, storage_keys)
         for check, key in zip(checks, storage_keys, strict=True):
             if check.block is not None:  # its block's key follows the checks' keys
-                keys += self._framed_keys([key + BLOCK_SUFFIX])
+                keys.append(frame((key + BLOCK_SUFFIX).encode()))
         args = framed_args(
-            mode, checks, now_us=now_us, want_state=want_state, ttl_margin_ms=self._ttl_margin_ms
+            mode,
+            checks,
+            fields,
+            now_us=now_us,
+            want_state=want_state,
+            ttl_margin_ms=self._ttl_margin_ms,
         )
         return await self._run(send, keys, args)
 
@@ -108,19 +114,25 @@ class ScriptCaller:
         self.uses_function = False
         logger.info("Redis functions unavailable (%s); calling the script by EVALSHA", exc)
 
-    def _framed_keys(self, storage_keys: Sequence[str]) -> list[bytes]:
-        """Storage keys framed for `command`: the same identities come back request after
-        request, so each key is encoded once (a bounded dict, emptied when full)."""
+    def _framed_keys(
+        self, checks: Sequence[Check], storage_keys: Sequence[str]
+    ) -> tuple[list[bytes], bytes]:
+        """The script's KEYS framed for `command` (see `script_key`), and the fields joined:
+        the same identities come back request after request, so each is encoded once (a
+        bounded dict, emptied when full)."""
         known = self._framed
         framed = []
-        for key in storage_keys:
+        fields = []
+        for check, key in zip(checks, storage_keys, strict=True):
             data = known.get(key)
             if data is None:
                 if len(known) >= _FRAMED_KEYS:
                     known.clear()
-                data = known[key] = frame(key.encode())
-            framed.append(data)
-        return framed
+                name = script_key(key, check.limit.algorithm)
+                data = known[key] = (frame(name.encode()), field_of(key))
+            framed.append(data[0])
+            fields.append(data[1])
+        return framed, b"".join(fields)
 
 
 def _function_problem(exc: ReplyError) -> Literal["missing", "refused"] | None:

@@ -7,49 +7,50 @@
 -- backlog *relative* to the instant it was written ("backlog at"), never now * amount, which
 -- would pass 2^53; the token bucket clamps its refill before multiplying for the same reason.
 --
--- KEYS[i]   - the state key of check i (on Redis Cluster, all keys of one call in one slot);
---             after the checks' keys, the block key of each check that has a block, in order
--- ARGV[1]   - "mode now want_state margin_ms", space-separated:
---             mode "hit" (decide; store only if every check passes), "peek" (decide, store
---             nothing) or "refund" (give back the costs of a "hit" made at now);
---             now in integer microseconds, or "t" to use the server's TIME;
---             want_state "1" to return each check's stored state when the request is denied;
---             margin_ms added to every TTL (0 with the server's clock)
--- ARGV[1+i] - check i: five little-endian doubles (struct "<ddddd"): algorithm code
+-- KEYS[i]   - where check i's state is (on Redis Cluster, all keys of one call in one slot):
+--             the sliding log's own key, prefix{bucket}:<identity tag>:<limit code>; for the
+--             other kinds the start of their hashes' names, prefix{bucket}:<limit code> (see
+--             "Where states live"); after the checks' keys, the block key of each check that
+--             has a block
+-- ARGV[1]   - struct "<BBdd": mode, want_state, margin_ms, now:
+--             mode 1 "hit" (decide; store only if every check passes), 2 "peek" (decide,
+--             store nothing) or 3 "refund" (give back the costs of a "hit" made at now);
+--             want_state 1 to return each check's stored state when the request is denied;
+--             margin_ms added to every TTL (0 with the server's clock);
+--             now in integer microseconds, or -1 to use the server's TIME
+-- ARGV[2]   - each check's field in those hashes, 8 bytes each, in order
+-- ARGV[2+i] - check i: five little-endian doubles (struct "<ddddd"): algorithm code
 --             (1 fixed_window, 2 sliding_window_log, 3 sliding_window_counter, 4 token_bucket,
 --             5 gcra, 6 leaky_bucket), amount, period_us, burst, cost; for a check with a
 --             block (Block in backends/_protocol.py), then reset_us, n and n durations_us
 -- returns   - one binary string: two doubles (struct "<dd"): now_us and flags (1: all
 --             allowed; 2: the numbers that follow are integers; 4: a number passes 2^53,
---             and all are sent as text after its length: "n n n n n n n;..."), then seven numbers per
---             check, eight-byte integers ("<i8", when every one is whole) or doubles:
---             allowed (1/0), remaining, reset_us, retry_us (inf if it can never pass),
---             delay_us, ttl_us, next_us (until more quota than remaining, when allowed);
---             a check that would pass in a call that counts nothing (a peek, or another
---             check refused) reports what is left now; then, when asked for and denied, each
---             check's stored
---             state as stored (binary or text), each preceded by its length as a double.
---             Binary numbers because writing a number as text is the costliest thing a script
---             does inside Redis (tostring about 0.3 us, string.format 1.2 us; struct.pack
---             writes six in 0.17 us), and exact for fractions and infinity; one string because
---             a client's parser pays per element of a reply (redis-py's pure-Python one about
---             4 us each).
+--             and all are sent as text after its length: "n n n n n n n;..."), then seven
+--             numbers per check, eight-byte integers ("<i8", when every one is whole) or
+--             doubles: allowed (1/0), remaining, reset_us, retry_us (inf if it can never
+--             pass), delay_us, ttl_us, next_us (until more quota than remaining, when
+--             allowed); a check that would pass in a call that counts nothing (a peek, or
+--             another check refused) reports what is left now; then, when asked for and
+--             denied, each check's stored state (see pack_state), each preceded by its length
+--             as a double. Binary numbers in one struct.pack because that is the cheapest
+--             reply a script can make (measured with callgrind on redis-server 7.0: about
+--             500 instructions a number, where an array of integers costs 1,000 and text
+--             1,200-3,000), and exact for fractions and infinity.
 
 local floor, ceil, fmod, huge = math.floor, math.ceil, math.fmod, math.huge
 
-local tostring, sub, match, find, format = tostring, string.sub, string.match, string.find, string.format
+local tostring, sub, match, format = tostring, string.sub, string.match, string.format
 local pack, unpack_struct, byte = struct.pack, struct.unpack, string.byte
 
 -- The exact text of a number (what %.17g writes), for the sliding log's entries. Writing
 -- numbers is costly inside Redis (string.format about 1.2 us a call, tostring about 0.35 us),
--- so zero and now are answered without it, and tostring (%.14g, exact for integers below
--- 1e14) does the rest; a larger integer is written in two halves. NOW and its text are set
--- once per call (below): the absolute time is the one big number the log stores.
+-- so zero is answered without it, now once per call, and tostring (%.14g, exact for integers
+-- below 1e14) does the rest; a larger integer is written in two halves. NOW is set once per
+-- call (below), its text when first needed: the absolute time is the one big number the log
+-- stores.
 local NOW, NOW_TEXT = nil, nil
 
-local function fmt(x)
-  if x == 0 and 1 / x > 0 then return '0' end  -- not -0, which %.17g writes "-0"
-  if x == NOW then return NOW_TEXT end
+local function written(x)
   if x == floor(x) then
     if x < 1e14 and x > -1e14 then return tostring(x) end
     if x >= 1e14 and x < 1e17 then
@@ -65,6 +66,15 @@ local function fmt(x)
     end
   end
   return string.format('%.17g', x)
+end
+
+local function fmt(x)
+  if x == 0 and 1 / x > 0 then return '0' end  -- not -0, which %.17g writes "-0"
+  if x == NOW then
+    if not NOW_TEXT then NOW_TEXT = written(x) end
+    return NOW_TEXT
+  end
+  return written(x)
 end
 
 -- Python's float floor division (Objects/floatobject.c): exact, unlike floor(a / b).
@@ -621,13 +631,9 @@ end
 
 local DECIDE_BIG = {[4] = token_bucket_big, [5] = gcra_big, [6] = leaky_bucket_big}
 
--- Whether a check of the bucket kinds needs big integers (the product rounds up to 2^53
--- exactly when it reaches it).
-local function is_big(code, period, burst)
-  return code >= 4 and burst * period >= EXACT
-end
-
 local LOG = 2
+local LAYOUTS = {}  -- checks -> the struct layout of a whole reply
+local HIT, REFUND = 1, 3  -- the modes (2: peek)
 
 -- storage ------------------------------------------------------------------------------------
 local function log_item(entry)
@@ -635,12 +641,62 @@ local function log_item(entry)
   return fmt(entry[1]) .. ':' .. fmt(entry[2])
 end
 
--- The bucket kinds store one integer, at * amount + backlog (GCRA's and the leaky bucket's
--- Python state, a scaled "theoretical arrival time"; for the token bucket the backlog is
--- what it lacks to be full, burst * period - level). It passes 2^53, so it is read and
--- written in two decimal halves of 8 digits (B): every step stays exact.
+-- Where states live. The sliding log keeps a list under the check's own key,
+-- prefix{bucket}:<identity tag>:<limit code>. Every other kind keeps its state in one field
+-- (8 bytes of the identity's hash, given in ARGV[2]) of a small hash that the identities of
+-- one bucket share: prefix{bucket}:<limit code>:<n>, n the window (fixed window, sliding
+-- window counter) or the generation (the bucket kinds). A hash expires as a whole once no
+-- state in it can matter, so no field needs a TTL of its own, and a field costs about 20
+-- bytes where a key of its own cost about 150 (the keyspace's entry, name and expiry).
+
+-- The hash of a check's limit (key: prefix{bucket}:<limit code>) for window or generation n.
+-- The numbers' text is remembered (a function library keeps it from call to call, emptied
+-- past 256): string.format costs about 2,000 instructions inside Redis, a lookup 100.
+local NUMBERS, numbers_kept = {}, 0
+local function hash_of(key, n)
+  local text = NUMBERS[n]
+  if not text then
+    if numbers_kept >= 256 then NUMBERS, numbers_kept = {}, 0 end
+    text = ':' .. format('%d', n)
+    NUMBERS[n] = text
+    numbers_kept = numbers_kept + 1
+  end
+  return key .. text
+end
+
+-- The length of a bucket's generations: longer than a state can matter (the time to be full
+-- again, at most burst * period / amount), so a state written in generation g is over
+-- before g + 2 begins and a read looks in g and g - 1 only.
+local function generation(amount, period, burst)
+  return ceil(burst * period / amount) + 1
+end
+
+-- A count of the windowed kinds: an integer (Redis keeps it in the hash as one, in a few
+-- bytes) when it is whole, else a NUL and a double.
+local function count_value(n)
+  if n == floor(n) and n >= 0 and n < EXACT then return format('%d', n) end
+  return '\0' .. pack('<d', n)
+end
+
+local function count_of(raw)
+  if byte(raw, 1) == 0 then return (unpack_struct('<d', raw, 2)) end
+  return tonumber(raw)
+end
+
+-- The sliding window counter's field: the window's count, and a copy of the previous
+-- window's (taken when the window's first request came), so that a returning identity costs
+-- one read: current * (amount + 1) + previous when exact, else a NUL and two doubles.
+local function pair_value(current, previous, amount)
+  local m = amount + 1
+  if current == floor(current) and previous == floor(previous) and current >= 0
+      and previous >= 0 and current < m and previous < m and current * m + previous < EXACT then
+    return format('%d', current * m + previous)
+  end
+  return '\0' .. pack('<dd', current, previous)
+end
+
+-- pack_state writes a scaled time, past 2^53, in two exact halves of 8 decimal digits.
 local B = 1e8
-local NOW_HI, NOW_LO = nil, nil
 
 -- Exact integer division of v < 2^53 by m: v / m is rounded, so the quotient is corrected.
 local function divmod(v, m)
@@ -653,37 +709,75 @@ local function divmod(v, m)
   return q, v - q * m
 end
 
--- A state stored as one integer (see pack_state).
-local function unpack_int(raw, code, amount, period, burst)
-  if code == 1 then  -- window * (amount + 1) + count
-    return {divmod(tonumber(raw), amount + 1)}
-  elseif code == 3 then  -- (window * (amount + 1) + current) * (amount + 1) + previous
-    local m = amount + 1
-    local rest, previous = divmod(tonumber(raw), m)
-    local window, current = divmod(rest, m)
-    return {window, current, previous}
+local function pair_of(raw, amount)
+  if byte(raw, 1) == 0 then
+    local current, previous = unpack_struct('<dd', raw, 2)
+    return current, previous
   end
-  local n = #raw
-  local hi = 0
-  if n > 8 then hi = tonumber(sub(raw, 1, n - 8)) end
+  return divmod(tonumber(raw), amount + 1)
+end
+
+-- A bucket kind's field in the hash of the generation that starts at `start`: the scaled
+-- "theoretical arrival time" relative to it, (at - start) * amount + backlog (for the token
+-- bucket the backlog is what it lacks to be full, burst * period - level), one integer while
+-- every step is exact; else a NUL and the state's two doubles; past 2^53 (is_big) the text
+-- "<number> <at>".
+local function bucket_value(code, state, amount, period, burst, start, is_big_check)
+  if is_big_check then return big_text(state[1]) .. ' ' .. format('%d', state[2]) end
+  local backlog, at = state[1], state[2]
+  if code == 4 then backlog = burst * period - backlog end
+  if backlog == floor(backlog) and backlog >= 0 and at >= start
+      and 4 * (burst * period + 2 * amount) < EXACT then
+    local v = (at - start) * amount + backlog
+    if v < EXACT then return format('%d', v) end
+  end
+  return '\0' .. pack('<dd', state[1], state[2])
+end
+
+local function bucket_state(raw, code, amount, period, burst, start, is_big_check)
+  if is_big_check then
+    local number, at = match(raw, '^(%d+) (%-?%d+)$')
+    return {big_of_text(number), tonumber(at)}
+  end
+  if byte(raw, 1) == 0 then
+    local a, b = unpack_struct('<dd', raw, 2)
+    return {a, b}
+  end
   -- The backlog at NOW; zero once drained, which decides exactly like no state.
-  local rel = (hi - NOW_HI * amount) * B + (tonumber(sub(raw, -8)) - NOW_LO * amount)
+  local rel = tonumber(raw) - (NOW - start) * amount
   if rel < 0 then rel = 0 end
   if code == 4 then return {burst * period - rel, NOW} end  -- refilled up to NOW
   return {rel, NOW}
 end
 
--- Returns the state (nil when absent) and its stored text (for the deny cache).
-local function load(key, code, amount, period, burst, is_big_check)
-  if is_big_check then  -- "<number> <at>" (see store)
-    local raw = redis.call('GET', key)
-    if not raw then return nil, '' end
-    local number, at = match(raw, '^(%d+) (%-?%d+)$')
-    return {big_of_text(number), tonumber(at)}, raw
+-- A check's state at now (nil when absent); for the bucket kinds the hash it was found in
+-- and that generation's number; and the hash a hit at now writes it to. The bucket kinds
+-- look in the current generation and the previous one, from `ahead` generations on (a
+-- refund, made at the instant of its hit, may find the state moved forward since).
+local function load(c, now, ahead)
+  local key, code, amount, period, burst, field = c[1], c[2], c[3], c[4], c[5], c[9]
+  if code == 1 then
+    local window = floordiv(now, period)
+    local home = hash_of(key, window)
+    local raw = redis.call('HGET', home, field)
+    if not raw then return nil, nil, nil, home end
+    return {window, count_of(raw)}, nil, nil, home
+  end
+  if code == 3 then
+    local window = floordiv(now, period)
+    local home = hash_of(key, window)
+    local raw = redis.call('HGET', home, field)
+    if raw then
+      local current, previous = pair_of(raw, amount)
+      return {window, current, previous}, nil, nil, home
+    end
+    raw = redis.call('HGET', hash_of(key, window - 1), field)
+    if not raw then return nil, nil, nil, home end
+    return {window, 0, (pair_of(raw, amount))}, nil, nil, home
   end
   if code == LOG then
     local raw = redis.call('LRANGE', key, 0, -1)
-    if #raw == 0 then return nil, '' end
+    if #raw == 0 then return nil end
     local entries = {}
     for i, item in ipairs(raw) do
       local sep = string.find(item, ':', 1, true)
@@ -693,35 +787,24 @@ local function load(key, code, amount, period, burst, is_big_check)
         entries[i] = {tonumber(item), 1, i}
       end
     end
-    return {entries = entries, orig = #raw}, table.concat(raw, ',')
+    return {entries = entries, orig = #raw, text = table.concat(raw, ',')}
   end
-  local raw = redis.call('GET', key)
-  if not raw then return nil, '' end
-  -- A NUL and two or three doubles, or one integer (see pack_state), or the text that
-  -- earlier versions wrote ("a b [c]").
-  if byte(raw, 1) == 0 then
-    if #raw == 25 then
-      local a, b, c = unpack_struct('<ddd', raw, 2)
-      return {a, b, c}, raw
+  local length = generation(amount, period, burst)
+  local g = floordiv(now, length)
+  local home
+  for n = g + ahead, g - 1, -1 do
+    local hash = hash_of(key, n)
+    if n == g then home = hash end
+    local raw = redis.call('HGET', hash, field)
+    if raw then
+      return bucket_state(raw, code, amount, period, burst, n * length, c[7]), hash, n, home
     end
-    local a, b = unpack_struct('<dd', raw, 2)
-    return {a, b}, raw
   end
-  if not find(raw, ' ', 1, true) then
-    return unpack_int(raw, code, amount, period, burst), raw
-  end
-  local a, b, c = match(raw, '^(%S+) (%S+) ?(%S*)$')
-  if c == '' then return {tonumber(a), tonumber(b)}, raw end
-  return {tonumber(a), tonumber(b), tonumber(c)}, raw
+  return nil, nil, nil, home
 end
 
--- A state as stored: one integer in decimal whenever that is exact, because Redis keeps an
--- integer string inside its object header (MEMORY USAGE 88 bytes a key, against 136 for 17
--- binary bytes). Otherwise (fractional costs, amounts too large for exact arithmetic) a NUL
--- (text never starts with one) and little-endian doubles: exact, and ten times cheaper for
--- Lua to write and read than general text. An integer below 2^53 is returned as a number,
--- which `store` writes exactly with one string.format('%d'): cheaper than building its text
--- in Lua (two tostring calls past 1e14), measured with callgrind on redis-server.
+-- A state as the deny cache reads it (parse_state in _script.py): one integer whenever that
+-- is exact, else a NUL and little-endian doubles; text for the sliding log and past 2^53.
 local function pack_state(code, state, amount, period, burst)
   if code == 1 or code == 3 then
     local m = amount + 1
@@ -730,17 +813,14 @@ local function pack_state(code, state, amount, period, burst)
         and previous >= 0 and previous < m and previous == floor(previous) then
       local v = window * m + count
       if code == 3 then v = v * m + previous end
-      if v < EXACT then return v end
+      if v < EXACT then return format('%d', v) end
     end
   elseif code >= 4 then
     local backlog, at = state[1], state[2]
     if code == 4 then backlog = burst * period - backlog end
     if backlog == floor(backlog) and backlog >= 0 and amount * B + backlog < EXACT then
-      local hi, lo = NOW_HI, NOW_LO
-      if at ~= NOW then
-        hi = floor(at / B)
-        lo = at - hi * B
-      end
+      local hi = floor(at / B)
+      local lo = at - hi * B
       lo = lo * amount + backlog
       local carry = floor(lo / B)
       lo = lo - carry * B
@@ -750,8 +830,7 @@ local function pack_state(code, state, amount, period, burst)
         carry, lo = carry + 1, lo - B
       end
       hi = hi * amount + carry
-      if hi == 0 then return lo end
-      -- One format call writes both halves (cheaper here than two tostring calls).
+      if hi == 0 then return format('%d', lo) end
       if hi > 0 and hi < 1e14 then return format('%.0f%08.0f', hi, lo) end
     end
   end
@@ -759,26 +838,14 @@ local function pack_state(code, state, amount, period, burst)
   return '\0' .. pack('<dd', state[1], state[2])
 end
 
-local function store(key, code, state, ms, amount, period, burst, is_big_check)
-  if is_big_check then
-    -- The big number in decimal, then the instant it holds at (Python's parse_state reads
-    -- this text as (level, last) or (backlog, at)). A TTL past 2^53 us (285 years) is none.
-    local value = big_text(state[1]) .. ' ' .. format('%d', state[2])
-    if type(ms) == 'table' then
-      redis.call('SET', key, value)
-    else
-      redis.call('SET', key, value, 'PX', format('%d', ms))
-    end
-    return
-  end
-  if code ~= LOG then
-    local value = pack_state(code, state, amount, period, burst)
-    -- Whole numbers as '%d' (C's integer printing): redis.call would write a number with
-    -- '%.17g', a float printer about 1,000 instructions slower per number.
-    if type(value) == 'number' then value = format('%d', value) end
-    redis.call('SET', key, value, 'PX', format('%d', ms))
-    return
-  end
+local function snapshot(c, state)
+  if not state then return '' end
+  if c[2] == LOG then return state.text end
+  if c[7] then return big_text(state[1]) .. ' ' .. format('%d', state[2]) end
+  return pack_state(c[2], state, c[3], c[4], c[5])
+end
+
+local function store_log(key, state, ms)
   -- Entries kept from the stored list are a suffix of it when timestamps only grow: trim
   -- the head and append, instead of rewriting the whole log.
   local kept, added = {}, {}
@@ -803,14 +870,66 @@ local function store(key, code, state, ms, amount, period, burst, is_big_check)
   redis.call('PEXPIRE', key, ms)
 end
 
-local function refund(key, code, now, amount, period, burst, cost, is_big_check)
+-- Write what a passing hit leaves in `hash`, the one of its window or of the current
+-- generation (the bucket kinds: moved there from `found`, the previous one, when it was read
+-- there). A hash gets its expiry with its first field: when the window is over (the sliding
+-- window counter: the next one too, which reads it), or two generations on.
+local function store(c, state, ttl, now, margin_ms, found, hash)
+  local key, code, amount, period, burst, field = c[1], c[2], c[3], c[4], c[5], c[9]
+  if code == LOG then
+    store_log(key, state, ceil(ttl / 1000) + margin_ms)
+    return
+  end
+  local value, ends
+  if code == 1 then
+    value, ends = count_value(state[2]), (state[1] + 1) * period
+  elseif code == 3 then
+    value, ends = pair_value(state[2], state[3], amount), (state[1] + 2) * period
+  else
+    local length = generation(amount, period, burst)
+    local g = floordiv(now, length)
+    ends = (g + 2) * length
+    value = bucket_value(code, state, amount, period, burst, g * length, c[7])
+  end
+  -- (Past 2^53 us, 285 years, a hash is kept without an expiry.)
+  if redis.call('HSET', hash, field, value) == 1 and ends - now < EXACT then
+    redis.call('PEXPIRE', hash, format('%d', ceil((ends - now) / 1000) + margin_ms))
+  end
+  if found and found ~= hash then redis.call('HDEL', found, field) end
+end
+
+-- Give back a hit's cost at the instant of the hit (now), where its state is now.
+local function refund(c, now)
+  local key, code, amount, period, burst, cost, field = c[1], c[2], c[3], c[4], c[5], c[6], c[9]
   if code == LOG then
     redis.call('LREM', key, -1, log_item({now, cost}))
     return
   end
-  local state = load(key, code, amount, period, burst, is_big_check)
+  if code == 1 or code == 3 then
+    -- The hit counted in its window; the sliding counter's next window, once used, holds
+    -- that count as its previous one.
+    local window = floordiv(now, period)
+    local hash = hash_of(key, window)
+    local raw = redis.call('HGET', hash, field)
+    if raw and code == 1 then
+      redis.call('HSET', hash, field, count_value(count_of(raw) - cost))
+    elseif raw then
+      local current, previous = pair_of(raw, amount)
+      redis.call('HSET', hash, field, pair_value(current - cost, previous, amount))
+    end
+    if code == 3 then
+      hash = hash_of(key, window + 1)
+      raw = redis.call('HGET', hash, field)
+      if raw then
+        local current, previous = pair_of(raw, amount)
+        redis.call('HSET', hash, field, pair_value(current, previous - cost, amount))
+      end
+    end
+    return
+  end
+  local state, found, n = load(c, now, 1)
   if not state then return end
-  if is_big_check then  -- as below, on big integers, brought to now first
+  if c[7] then  -- as below, on big integers, brought to now first
     local step = scaled_cost_big(cost, period)
     if code == 4 then
       local full = mul(big(burst), big(period))
@@ -822,24 +941,13 @@ local function refund(key, code, now, amount, period, burst, cost, is_big_check)
       if cmp(backlog, step) <= 0 then state[1] = ZERO else state[1] = minus(backlog, step) end
       state[2] = now
     end
-    redis.call('SET', key, big_text(state[1]) .. ' ' .. format('%d', state[2]), 'KEEPTTL')
-    return
-  end
-  if code == 1 or code == 3 then
-    local window = floordiv(now, period)
-    if state[1] == window then
-      state[2] = state[2] - cost
-    elseif code == 3 and state[1] == window + 1 then
-      state[3] = state[3] - cost
-    else
-      return
-    end
   elseif code == 4 then
     state[1] = math.min(burst * period, state[1] + scaled_cost(cost, period))
   else
     state[1] = math.max(0, state[1] - scaled_cost(cost, period))
   end
-  redis.call('SET', key, pack_state(code, state, amount, period, burst), 'KEEPTTL')
+  local start = n * generation(amount, period, burst)
+  redis.call('HSET', found, field, bucket_value(code, state, amount, period, burst, start, c[7]))
 end
 
 -- Blocks (Block in backends/_protocol.py; MemoryBackend._start_blocks does the same) ---------
@@ -902,165 +1010,207 @@ local function start_blocks(checks, outcomes, now, margin_ms)
 end
 
 -- main -----------------------------------------------------------------------------------------
-local mode, clock, want, margin = match(ARGV[1], '^(%a+) (%S+) (%d) (%d+)$')
+local mode, want, margin_ms, clock = unpack_struct('<BBdd', ARGV[1])
 local now
-if clock == 't' then
+if clock < 0 then
   -- Writes after TIME are safe: Redis >= 5 replicates a script's effects, not the script.
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  NOW_TEXT = t[1] .. sub('00000' .. t[2], -6)
 else
-  now = tonumber(clock)
-  NOW_TEXT = clock  -- an integer written by Python: already canonical
+  now = clock
 end
-NOW = now
-NOW_HI = floor(now / B)
-NOW_LO = now - NOW_HI * B
-if NOW_LO < 0 then
-  NOW_HI, NOW_LO = NOW_HI - 1, NOW_LO + B
-elseif NOW_LO >= B then
-  NOW_HI, NOW_LO = NOW_HI + 1, NOW_LO - B
-end
-local want_state = want == '1'
-local margin_ms = tonumber(margin)
+NOW, NOW_TEXT = now, nil
+local want_state = want == 1
 
 local checks = {}
 local blocks = 0
-block_cache = {}
-for i = 1, #ARGV - 1 do
-  local arg = ARGV[i + 1]
+local fields = ARGV[2]
+for i = 1, #ARGV - 2 do
+  local arg = ARGV[i + 2]
   local code, amount, period, burst, cost = unpack_struct('<ddddd', arg)
-  checks[i] = {KEYS[i], code, amount, period, burst, cost, is_big(code, period, burst)}
+  -- c[7]: whether a bucket kind needs big integers (the product rounds up to 2^53 exactly
+  -- when it reaches it); c[8]: its block; c[9]: its field; c[10] the check that holds its
+  -- state (itself, or an earlier one of the same state), which keeps in c[11] to c[15] the
+  -- state, the state read, where it was found, the hash a hit writes, and the last check
+  -- that counts. One table a check: every table costs the script about 1,000 instructions
+  -- with its share of Lua's garbage collection.
+  local c = {KEYS[i], code, amount, period, burst, cost, code >= 4 and burst * period >= EXACT,
+             false, sub(fields, 8 * i - 7, 8 * i), false, false, false, false, false, false}
+  checks[i] = c
   if #arg > 40 then  -- a block: its key follows the checks' keys
     blocks = blocks + 1
     local reset, n = unpack_struct('<dd', arg, 41)
     local durations = {}
     for j = 1, n do durations[j] = unpack_struct('<d', arg, 57 + (j - 1) * 8) end
-    checks[i][8] = {KEYS[#ARGV - 1 + blocks], reset, durations}
+    c[8] = {KEYS[#ARGV - 2 + blocks], reset, durations}
   end
 end
+if blocks > 0 then block_cache = {} end
 
-if mode == 'refund' then
-  for _, c in ipairs(checks) do refund(c[1], c[2], now, c[3], c[4], c[5], c[6], c[7]) end
-  return pack('<dd', now, 1)
+if mode == REFUND then
+  for _, c in ipairs(checks) do refund(c, now) end
+  return {now, 1}
 end
 
--- The same key may appear twice in one call: later checks see the earlier ones' new state.
-local seen = {}
+-- The same state may be checked twice in one call: later checks see the earlier ones' new
+-- state, and the last one that counts writes it.
+local seen = #checks > 1 and {} or nil
 local outcomes = {}
 local all_allowed = true
 for i, c in ipairs(checks) do
-  local entry = seen[c[1]]
-  if not entry then
-    local state, raw = load(c[1], c[2], c[3], c[4], c[5], c[7])
-    entry = {state = state, raw = raw, before = state}
-    seen[c[1]] = entry
+  local e = c
+  if seen then
+    -- By its hashes' name (one identity's limit), or with its field too when two
+    -- identities of one bucket check one limit (KEYS alike, fields not).
+    local id = c[1]
+    local first = seen[id]
+    if first and first[9] ~= c[9] then
+      id = id .. c[9]
+      first = seen[id]
+    end
+    if first then e = first else seen[id] = c end
   end
-  local outcome = (c[7] and DECIDE_BIG or DECIDE)[c[2]](entry.state, now, c[3], c[4], c[5], c[6])
+  if e == c then
+    local state, found, _, home = load(c, now, 0)
+    c[11], c[12], c[13], c[14] = state, state, found, home
+  end
+  c[10] = e
+  local outcome = (c[7] and DECIDE_BIG or DECIDE)[c[2]](e[11], now, c[3], c[4], c[5], c[6])
   if c[8] then
     local until_us = block_of(c[8][1])[1]
-    if until_us > now then outcome = blocked(c, entry.state, now, until_us, outcome) end
+    if until_us > now then outcome = blocked(c, e[11], now, until_us, outcome) end
   end
   outcomes[i] = outcome
   if outcome[1] then
-    if outcome[6] ~= nil then entry.state = outcome[6] end
+    if outcome[6] ~= nil then
+      e[11] = outcome[6]
+      if c[6] ~= 0 then e[15] = i end
+    end
   else
     all_allowed = false
   end
 end
 
--- Nothing is counted (a peek, or a check refused the request): a check that would pass
--- reports what is left now, as a cost of 0 does.
-if not (mode == 'hit' and all_allowed) then
+if mode == HIT and all_allowed then
+  for i, c in ipairs(checks) do
+    local e = c[10]
+    if e[15] == i then store(c, outcomes[i][6], outcomes[i][7], now, margin_ms, e[13], e[14]) end
+  end
+else
+  -- Nothing is counted (a peek, or a check refused the request): a check that would pass
+  -- reports what is left now, as a cost of 0 does.
   for i, c in ipairs(checks) do
     if outcomes[i][1] and c[6] ~= 0 then
-      outcomes[i] = (c[7] and DECIDE_BIG or DECIDE)[c[2]](seen[c[1]].before, now, c[3], c[4], c[5], 0)
+      outcomes[i] = (c[7] and DECIDE_BIG or DECIDE)[c[2]](c[10][12], now, c[3], c[4], c[5], 0)
     end
   end
+  if mode == HIT and blocks > 0 then start_blocks(checks, outcomes, now, margin_ms) end
 end
 
-if mode == 'hit' and not all_allowed and blocks > 0 then
-  start_blocks(checks, outcomes, now, margin_ms)
-end
+local allowed = all_allowed and 1 or 0
+local states = want_state and not all_allowed
 
-if mode == 'hit' and all_allowed then
-  local final, order = {}, {}
-  for i, c in ipairs(checks) do
-    if c[6] ~= 0 and outcomes[i][6] ~= nil then
-      if not final[c[1]] then order[#order + 1] = c[1] end
-      final[c[1]] = {c[2], outcomes[i][6], outcomes[i][7], c}
+-- Every number whole (the usual case): eight-byte integers after the head, in one
+-- struct.pack (about 0.5k instructions a number; an array reply costs twice that, text
+-- more). x % 1 == 0 says whole without a call (false for infinity); a big check's numbers
+-- may be big integers (tables), which go as text below.
+local whole = true
+for i = 1, #checks do
+  local o = outcomes[i]
+  if checks[i][7] then
+    if type(o[3]) == 'table' or type(o[4]) == 'table' or type(o[5]) == 'table'
+        or type(o[7]) == 'table' or type(o[8]) == 'table' then
+      whole = false
+      break
     end
   end
-  for _, key in ipairs(order) do
-    local f = final[key]
-    local ttl = f[3]
-    local ms
-    if type(ttl) == 'table' then
-      ms = ttl  -- past 2^53 us: kept without a TTL
-    else
-      ms = ceil(ttl / 1000) + margin_ms
-    end
-    store(key, f[1], f[2], ms, f[4][3], f[4][4], f[4][5], f[4][7])
+  if o[2] % 1 ~= 0 or o[3] % 1 ~= 0 or o[4] % 1 ~= 0 or o[5] % 1 ~= 0 or o[7] % 1 ~= 0
+      or (o[8] or 0) % 1 ~= 0 then
+    whole = false
+    break
   end
+end
+if whole and #checks == 1 then
+  local o = outcomes[1]
+  local reply = pack('<ddi8i8i8i8i8i8i8', now, allowed + 2, o[1] and 1 or 0, o[2], o[3], o[4],
+                     o[5], o[7], o[8] or 0)
+  if not states then return reply end
+  local raw = snapshot(checks[1], checks[1][12])
+  return reply .. pack('<d', #raw) .. raw
+end
+if whole then
+  local n = #checks
+  local values = {now, allowed + 2}
+  local at = 2
+  for i = 1, n do
+    local o = outcomes[i]
+    values[at + 1], values[at + 2], values[at + 3], values[at + 4] = o[1] and 1 or 0, o[2], o[3], o[4]
+    values[at + 5], values[at + 6], values[at + 7] = o[5], o[7], o[8] or 0
+    at = at + 7
+  end
+  local layout = LAYOUTS[n]
+  if not layout then
+    layout = '<dd' .. string.rep('i8', 7 * n)
+    LAYOUTS[n] = layout
+  end
+  local reply = pack(layout, unpack(values))
+  if not states then return reply end
+  local parts = {reply}
+  for _, c in ipairs(checks) do
+    local raw = snapshot(c, c[10][12])
+    parts[#parts + 1] = pack('<d', #raw) .. raw
+  end
+  return table.concat(parts)
 end
 
 -- A number past 2^53 (a big limit's times): every check's numbers as text, after its length;
 -- the head's flags (+4) say so.
 local text = nil
 for i = 1, #checks do
-  for _, value in ipairs({outcomes[i][3], outcomes[i][4], outcomes[i][5], outcomes[i][7], outcomes[i][8] or 0}) do
-    if type(value) == 'table' then text = {} break end
+  local o = outcomes[i]
+  if type(o[3]) == 'table' or type(o[4]) == 'table' or type(o[5]) == 'table'
+      or type(o[7]) == 'table' or type(o[8]) == 'table' then
+    text = {}
+    break
   end
-  if text then break end
 end
 if text then
   for i = 1, #checks do
     local o = outcomes[i]
-    local fields = {o[1] and '1' or '0'}
+    local numbers = {o[1] and '1' or '0'}
     for _, value in ipairs({o[2], o[3], o[4], o[5], o[7], o[8] or 0}) do
       if type(value) == 'table' then
-        fields[#fields + 1] = big_text(value)
+        numbers[#numbers + 1] = big_text(value)
       elseif value == huge then
-        fields[#fields + 1] = 'inf'
+        numbers[#numbers + 1] = 'inf'
       elseif value == floor(value) and value < EXACT and value > -EXACT then
-        fields[#fields + 1] = format('%d', value)
+        numbers[#numbers + 1] = format('%d', value)
       else
-        fields[#fields + 1] = format('%.17g', value)
+        numbers[#numbers + 1] = format('%.17g', value)
       end
     end
-    text[i] = table.concat(fields, ' ')
+    text[i] = table.concat(numbers, ' ')
   end
   local body = table.concat(text, ';')
-  local reply = {pack('<dd', now, (all_allowed and 1 or 0) + 4), pack('<d', #body), body}
-  if want_state and not all_allowed then
+  local reply = {pack('<dd', now, allowed + 4), pack('<d', #body), body}
+  if states then
     for _, c in ipairs(checks) do
-      local raw = seen[c[1]].raw
+      local raw = snapshot(c, c[10][12])
       reply[#reply + 1] = pack('<d', #raw) .. raw
     end
   end
   return table.concat(reply)
 end
 
--- Every number whole (the usual case): eight-byte integers, which the client takes as they
--- are; else doubles, exact for fractions and infinity. The head's flags (+2) say which.
-local whole = 2
+-- Else doubles, exact for fractions and infinity, in one binary string.
+local reply = {pack('<dd', now, allowed)}
 for i = 1, #checks do
   local o = outcomes[i]
-  if o[2] ~= floor(o[2]) or o[4] ~= floor(o[4]) or o[4] == huge or o[3] ~= floor(o[3])
-      or o[5] ~= floor(o[5]) or o[7] ~= floor(o[7]) or (o[8] or 0) ~= floor(o[8] or 0) then
-    whole = 0
-    break
-  end
+  reply[i + 1] = pack('<ddddddd', o[1] and 1 or 0, o[2], o[3], o[4], o[5], o[7], o[8] or 0)
 end
-local layout = whole == 2 and '<i8i8i8i8i8i8i8' or '<ddddddd'
-local reply = {pack('<dd', now, (all_allowed and 1 or 0) + whole)}
-for i = 1, #checks do
-  local o = outcomes[i]
-  reply[i + 1] = pack(layout, o[1] and 1 or 0, o[2], o[3], o[4], o[5], o[7], o[8] or 0)
-end
-if want_state and not all_allowed then
+if states then
   for _, c in ipairs(checks) do
-    local raw = seen[c[1]].raw
+    local raw = snapshot(c, c[10][12])
     reply[#reply + 1] = pack('<d', #raw) .. raw
   end
 end

@@ -1,0 +1,109 @@
+"""States as fields of hashes shared by a bucket of identities (``lua/ratelimit.lua``).
+
+A neighbour in the same hash is never touched by another identity's reset; a bucket kind's
+state moves to the current generation's hash when it is used, and a refund finds it there.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from asgi_ratelimit._rates import Limit
+from asgi_ratelimit.backends._memory import MemoryBackend
+from asgi_ratelimit.backends._protocol import Check
+from asgi_ratelimit.backends.redis import RedisBackend
+from asgi_ratelimit.backends.redis._keys import bucket_of
+from tests.backends.redis_state import state_keys
+from tests.conftest import FakeClock
+
+pytestmark = pytest.mark.redis
+
+KINDS = ["fixed_window", "sliding_window_counter", "token_bucket", "gcra", "leaky_bucket"]
+
+
+@pytest.fixture
+async def backend(redis_url: str, prefix: str, clock: FakeClock) -> AsyncIterator[RedisBackend]:
+    async with RedisBackend.from_url(redis_url, prefix=prefix, clock=clock, timeout=2.0) as b:
+        yield b
+
+
+def neighbours(backend: RedisBackend) -> tuple[str, str]:
+    """Two identities of one bucket: their states share every hash."""
+    seen: dict[str, str] = {}
+    for i in itertools.count():
+        identity = f"user:{i}"
+        bucket = bucket_of(backend.tag(identity))
+        if bucket in seen:
+            return seen[bucket], identity
+        seen[bucket] = identity
+    raise AssertionError  # pragma: no cover
+
+
+async def test_reset_deletes_only_the_identitys_fields(
+    backend: RedisBackend, redis_client: aioredis.Redis
+) -> None:
+    one, other = neighbours(backend)
+    limits = [Limit("5/minute", algorithm=kind) for kind in KINDS]
+    log = Limit("5/minute", algorithm="sliding_window_log")
+    for identity in (one, other):
+        await backend.hit([Check(identity, limit) for limit in [*limits, log]])
+    for limit in limits:  # one hash holds both
+        assert await state_keys(redis_client, backend, one, limit) == await state_keys(
+            redis_client, backend, other, limit
+        )
+    await backend.reset(one, [limits[0], log])
+    assert await state_keys(redis_client, backend, one, limits[0]) == []
+    assert await state_keys(redis_client, backend, one, log) == []
+    assert len(await state_keys(redis_client, backend, one, limits[1])) == 1
+    await backend.reset(one)
+    for limit in [*limits, log]:
+        assert await state_keys(redis_client, backend, one, limit) == []
+        assert len(await state_keys(redis_client, backend, other, limit)) == 1
+        [outcome] = await backend.hit([Check(one, limit)])
+        [neighbour] = await backend.peek([Check(other, limit)])
+        assert (outcome.remaining, neighbour.remaining) == (4, 4), limit
+
+
+@pytest.mark.parametrize("kind", ["token_bucket", "gcra", "leaky_bucket"])
+async def test_a_bucket_state_moves_to_the_current_generation(
+    backend: RedisBackend, redis_client: aioredis.Redis, clock: FakeClock, kind: str
+) -> None:
+    # 2/second, burst 4: a state matters for at most 2 s, so generations last 2 s (and 1 us).
+    limit = Limit("2/second", algorithm=kind, burst=4)
+    memory = MemoryBackend(clock=clock)
+    clock.now = 1_763_000_000.5
+    for step in (0, 0.5, 0.25, 1.5, 0.75, 2.25):
+        clock.now += step
+        for cost in (1, 2):
+            check = [Check("mover", limit, cost)]
+            expected = [o._replace(state=None) for o in await memory.hit(check)]
+            assert await backend.hit(check) == expected
+        [key] = await state_keys(redis_client, backend, "mover", limit)  # in one hash only
+        generation = round(clock.now * 1_000_000) // 2_000_001
+        assert key.endswith(f":{generation}".encode())
+
+
+async def test_a_refund_finds_a_state_moved_on_since_its_hit(
+    backend: RedisBackend, clock: FakeClock
+) -> None:
+    # The Cluster path refunds at the instant of the hit; another hit may have moved the
+    # state to the next generation in between.
+    limit = Limit("2/second", algorithm="gcra", burst=4)
+    memory = MemoryBackend(clock=clock)
+    boundary = (1_763_000_000_000_000 // 2_000_001 + 1) * 2_000_001  # of generations, in us
+    clock.now = (boundary - 100_000) / 1_000_000
+    check = [Check("late", limit)]
+    [_, redis_at] = await backend.decide(check)
+    [_, memory_at] = memory.decide(check, True)
+    clock.now += 0.2  # the next generation
+    await backend.hit(check)
+    await memory.hit(check)
+    await backend.refund(check, redis_at)
+    memory.refund(check, memory_at)
+    expected = [o._replace(state=None) for o in await memory.peek(check)]
+    assert await backend.peek(check) == expected
+    assert expected[0].remaining == 3  # 0.6 of the second hit's unit is left
