@@ -32,7 +32,7 @@ from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._backend import _slot_of
 from asgi_ratelimit.backends.redis._resp import command, frame
-from asgi_ratelimit.backends.redis._script import SCRIPT, SCRIPT_SHA, encode
+from asgi_ratelimit.backends.redis._script import SCRIPT, SCRIPT_SHA, encode, script_keys
 
 from .redis_server import RedisCluster, RedisServer
 
@@ -100,10 +100,14 @@ def requests() -> list[Request]:
     made = []
     for identity in range(IDENTITIES):
         checks = [Check(f"user:{identity}", limit) for limit in limits]
-        keys = [keying.storage_key(check.key, check.limit).encode() for check in checks]
-        args = [a.encode() if isinstance(a, str) else a for a in encode("hit", checks, now_us=None)]
+        storage = [keying.storage_key(check.key, check.limit) for check in checks]
+        keys = [key.encode() for key in script_keys(checks, storage)]
+        args = [
+            a.encode() if isinstance(a, str) else a
+            for a in encode("hit", checks, storage, now_us=None)
+        ]
         framed_keys, framed_args = [frame(k) for k in keys], [frame(a) for a in args]
-        made.append(Request(keys, args, framed_keys, framed_args, _slot_of(keys[0].decode())))
+        made.append(Request(keys, args, framed_keys, framed_args, _slot_of(storage[0])))
     return made
 
 
