@@ -64,7 +64,8 @@ def serve(
     its output goes to ``log_file`` when given.
     """
     port = _free_port()
-    search = os.pathsep.join(map(str, filter(None, [path, ROOT])))
+    # This checkout's package first (a git worktree's tests must not serve the installed one).
+    search = os.pathsep.join(map(str, filter(None, [path, ROOT / "src", ROOT])))
     env = {**os.environ, **(env or {}), "PYTHONPATH": search}
     # A file, not a pipe: a server that logs a lot never blocks on a pipe nobody reads.
     with log_file.open("w+b") if log_file else tempfile.TemporaryFile() as log:
