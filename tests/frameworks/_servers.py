@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -61,8 +61,37 @@ def serve(
 
     ``target`` is imported from the repository root, or from ``path`` when given; ``args``
     go to the server's command line (``["--workers", "2"]``), ``env`` to its environment;
-    its output goes to ``log_file`` when given.
+    its output goes to ``log_file`` when given. A free port can be taken by another process
+    between its pick and the server's bind (./scripts/test runs two suites at once): the
+    server then starts again on another port, up to three times.
     """
+    with ExitStack() as stack:
+        for attempt in range(3):
+            try:
+                url = stack.enter_context(
+                    _serve_once(server, target, root_path, path, args, log_file, env)
+                )
+                break
+            except _PortTaken:
+                if attempt == 2:
+                    raise
+        yield url
+
+
+class _PortTaken(RuntimeError):
+    """The server could not bind its port: another process took it first."""
+
+
+@contextmanager
+def _serve_once(
+    server: str,
+    target: str,
+    root_path: str | None,
+    path: Path | None,
+    args: Sequence[str],
+    log_file: Path | None,
+    env: Mapping[str, str] | None,
+) -> Iterator[str]:
     port = _free_port()
     # This checkout's package first (a git worktree's tests must not serve the installed one).
     search = os.pathsep.join(map(str, filter(None, [path, ROOT / "src", ROOT])))
@@ -87,7 +116,11 @@ def serve(
             deadline = time.monotonic() + 20
             while True:
                 if process.poll() is not None:
-                    raise RuntimeError(f"{server} exited ({process.returncode}):\n{output()}")
+                    said = output()
+                    taken = "address already in use" in said.lower()
+                    raise (_PortTaken if taken else RuntimeError)(
+                        f"{server} exited ({process.returncode}):\n{said}"
+                    )
                 try:
                     # No rule matches /ready: it is never counted (default_limits is None).
                     httpx.get(url + "/ready", timeout=1)
