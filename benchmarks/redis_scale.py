@@ -34,6 +34,7 @@ import redis
 from asgi_ratelimit import Limit
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
+from asgi_ratelimit.backends.redis._keys import BUCKETS, budget_code
 
 from .redis_server import RedisCluster, RedisServer
 
@@ -45,7 +46,12 @@ IN_FLIGHT = 50
 #: every few seconds (its state exists, as in steady traffic) and reaches no limit
 IDENTITIES = 10_000
 #: the default algorithm; per-algorithm script times: `benchmarks.redis_server_time`
-SHAPES = {"one": ("1000/minute",), "three": ("100/second", "1000/minute", "20000/hour")}
+SHAPES = {
+    "one": ("1000/minute",),
+    "three": ("100/second", "1000/minute", "20000/hour"),
+    # --fields-per-hash: a window long enough that the filled hashes stay the current ones
+    "one-hour": ("100000/hour",),
+}
 TARGETS = (("single", 0), ("cluster", 1), ("cluster", 3))
 
 
@@ -154,7 +160,7 @@ def redis_scale(quick: bool = False) -> dict[str, Any]:
                 ports = [node.port for node in servers.nodes]
             else:
                 ports = [servers.port]
-            for shape in SHAPES:
+            for shape in ("one", "three"):
                 for port in ports:
                     redis.Redis(port=port).flushall()
                 name = "single server" if kind == "single" else f"Cluster, {masters} master"
@@ -170,6 +176,60 @@ def redis_scale(quick: bool = False) -> dict[str, Any]:
         "nproc": os.cpu_count(),
         "cases": cases,
     }
+
+
+#: Fills the hashes of one limit (KEYS: the current and the next window's) with ARGV[2]
+#: fields named after the bucket ARGV[1]: other identities' states, as at a larger N (the
+#: value: the sliding window counter's state of one request of a 100000/hour limit).
+FILL = """
+for w = 1, 2 do
+  for i = 1, tonumber(ARGV[2]) do
+    redis.call('HSET', KEYS[w], struct.pack('>I4I4', tonumber(ARGV[1]), i), '100001')
+  end
+  redis.call('PEXPIRE', KEYS[w], 7200000)
+end
+"""
+
+
+def _fill(port: int, limit: Limit, fields: int) -> str:
+    """Every hash of ``limit`` in this window and the next holds ``fields`` states: the
+    hashes of ``fields`` x 32,768 users (prefix ``rl:``, the backend's default). Returns
+    its encoding (``listpack`` or ``hashtable``)."""
+    client = redis.Redis(port=port)
+    seconds, micros = client.time()
+    window = (seconds * 1_000_000 + micros) // limit.period_us
+    fill = client.register_script(FILL)
+    pipe = client.pipeline(transaction=False)
+    for bucket in range(BUCKETS):
+        base = f"rl:{{{bucket:x}}}:{budget_code(limit)}:"
+        fill(keys=[f"{base}{window}", f"{base}{window + 1}"], args=[bucket, fields], client=pipe)
+        if bucket % 512 == 511:
+            pipe.execute()
+    pipe.execute()
+    encoding = client.object("encoding", f"{base}{window}").decode()
+    client.close()
+    return encoding
+
+
+def full_hashes(fields: int, seconds: float) -> dict[str, Any]:
+    """One limit on one server whose hashes hold ``fields`` states each (a larger N), with
+    Redis's default compact-hash size (128: hash tables) and with 512 (listpacks)."""
+    cases = []
+    for entries in ("128", "512"):
+        with RedisServer(extra=("--hash-max-listpack-entries", entries)) as server:
+            [limit_text] = SHAPES["one-hour"]
+            print(f"  filling {BUCKETS:,} hashes with {fields} fields each", flush=True)
+            admin = redis.Redis(port=server.port)
+            before = admin.info("memory")["used_memory"]
+            encoding = _fill(server.port, Limit(limit_text), fields)
+            per_state = (admin.info("memory")["used_memory"] - before) / (2 * BUCKETS * fields)
+            admin.close()
+            print(f"  {per_state:.1f} bytes of used_memory per state", flush=True)
+            print(f"  single server, {fields} fields a hash ({encoding}): {seconds:.0f} s")
+            case = _run_case(server.url, [server.port], "one-hour", seconds)
+            name = f"single server, hashes of {fields} fields ({encoding})"
+            cases.append({"target": name, "limits": 1, "bytes_per_state": per_state, **case})
+    return {"cases": cases}
 
 
 def scale_table(data: dict[str, Any]) -> list[str]:
@@ -204,8 +264,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4 s a case instead of 8")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--fields-per-hash",
+        type=int,
+        help="instead: one limit on one server whose hashes hold this many states each "
+        "(300: about 10 million users), Redis's default compact-hash size and 512",
+    )
     args = parser.parse_args(argv)
-    data = redis_scale(args.quick)
+    seconds = 4.0 if args.quick else 8.0
+    if args.fields_per_hash:
+        data = full_hashes(args.fields_per_hash, seconds)
+    else:
+        data = redis_scale(args.quick)
     if args.json:
         with open(args.json, "w") as out:
             json.dump(data, out, indent=1)
