@@ -2,7 +2,8 @@
 
 Phases: in-process overhead (memory and Redis; one limit, three limits, denied), a breakdown
 of our middleware by stage, memory per key, end to end under uvicorn + wrk, a profile, one
-rule deciding the longest path a server passes on, and Redis clients side by side.
+rule deciding the longest path a server passes on, Redis clients side by side, and decisions
+per second on one Redis and on Clusters of 1 and 3 masters.
 Results go to docs/benchmarks.json, docs/benchmarks.md and docs/benchmarks.png, and a table to
 stdout.
 """
@@ -32,7 +33,16 @@ __all__ = ["main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PHASES = ("inproc", "breakdown", "memory", "e2e", "profile", "matching", "redis-clients")
+PHASES = (
+    "inproc",
+    "breakdown",
+    "memory",
+    "e2e",
+    "profile",
+    "matching",
+    "redis-clients",
+    "redis-scale",
+)
 
 
 async def _build_all(
@@ -230,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print("redis clients", flush=True)
         results["redis_clients"] = {"speed": redis_clients(quick), "outage": outage()}
+    if "redis-scale" in phases:
+        from .redis_scale import redis_scale
+
+        print("redis scale-out: 4 client processes, one server and Clusters", flush=True)
+        results["redis_scale"] = redis_scale(quick)
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
 
     print_tables(results)

@@ -97,7 +97,8 @@ class RedisServer:
 
 
 class RedisCluster:
-    """Three masters, no replicas, every slot assigned; stopped on exit."""
+    """Three masters (or ``masters``: one or more), no replicas, every slot assigned; stopped
+    on exit."""
 
     def __init__(self, masters: int = 3) -> None:
         self.nodes = [
@@ -109,9 +110,12 @@ class RedisCluster:
         try:
             for node in self.nodes:
                 node.start()
-            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
-            self.nodes[0].cli("--cluster", "create", *addresses, "--cluster-replicas", "0",
-                              "--cluster-yes")  # fmt: skip
+            if len(self.nodes) == 1:  # `--cluster create` wants three masters at least
+                self.nodes[0].cli("cluster", "addslotsrange", "0", "16383")
+            else:
+                addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+                self.nodes[0].cli("--cluster", "create", *addresses, "--cluster-replicas", "0",
+                                  "--cluster-yes")  # fmt: skip
             self.wait_ok()
         except BaseException:
             self.__exit__(None, None, None)

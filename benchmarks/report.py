@@ -243,6 +243,10 @@ def print_tables(results: dict[str, Any]) -> None:
         print()
         for line in _redis_client_lines(results["redis_clients"]):
             print(line)
+    if "redis_scale" in results:
+        print()
+        for line in _redis_scale_lines(results["redis_scale"]):
+            print(line)
     print("\ntargets:")
     for target, measured, verdict in targets(results):
         print(f"  {verdict:12} {measured:>22}  {target}")
@@ -344,6 +348,8 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         ]
     if results.get("redis_clients"):
         lines += ["", *_redis_client_lines(results["redis_clients"])]
+    if results.get("redis_scale"):
+        lines += ["", *_redis_scale_lines(results["redis_scale"])]
     profile = results.get("profile")
     if profile:
         lines += [
@@ -415,6 +421,28 @@ def _redis_client_lines(data: dict[str, Any]) -> list[str]:
         "says how each is taken; timeouts 0.5 s, 50 ms for the stall and the busy loop):",
         "",
         *outage_table(data["outage"]),
+    ]
+
+
+def _redis_scale_lines(data: dict[str, Any]) -> list[str]:
+    from .redis_scale import scale_table
+
+    return [
+        "## Redis scale-out: one server, Clusters of 1 and 3 masters (issue 26)",
+        "",
+        f"{data['processes']} client processes, each with its own event loop and",
+        f"`RedisBackend` ({data['in_flight']} calls in flight, {data['identities']:,} distinct",
+        f"identities in all, deny cache off), for {data['seconds']:.0f} s a case; one limit",
+        "or three (the default algorithm). Per master, from `INFO`: its share of the",
+        "decisions, its CPU (`used_cpu_sys + used_cpu_user`) per decision, the script's own",
+        "time per call (`commandstats`: wall time, so on a busy machine it can exceed the",
+        "CPU) and its CPU busy share (CPU s / wall s). On a machine with fewer cores than",
+        f"clients plus servers (this one: {data['nproc']}) the clients take CPU from the",
+        "servers, so the decisions a second are this machine's, and the server CPU per",
+        "decision is what sizing needs (docs/guide/sizing-redis.md).",
+        "`benchmarks/redis_scale.py`.",
+        "",
+        *scale_table(data),
     ]
 
 
