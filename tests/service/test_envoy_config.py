@@ -114,18 +114,18 @@ def test_a_folder_of_files(tmp_path: Path) -> None:
         ("domain: d\ndescriptor: []\n", "unknown key 'descriptor'"),
         ("domain: d\ndescriptors: {key: k}\n", "descriptors of 'd' must be a list"),
         ("domain: d\ndescriptors: [{value: v}]\n", "has no key"),
-        ("domain: d\ndescriptors: [{key: [1]}]\n", "key=[1] must be a string"),
+        ("domain: d\ndescriptors: [{key: [1]}]\n", "key=['1'] must be a string"),
         ("domain: d\ndescriptors: [{key: k}, {key: k}]\n", "'d.k' is configured twice"),
         ("domain: d\ndescriptors: [{key: k, rate_limit: {unit: minit, requests_per_unit: 1}}]\n",
          "unit='minit' is not a unit (use second, minute, hour, day, week, month, year)"),
         ("domain: d\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 0}}]\n",
-         "requests_per_unit=0 must be a whole number >= 1"),
+         "requests_per_unit='0' must be a whole number >= 1"),
         ("domain: d\ndescriptors: [{key: k, rate_limit: {unit: second}}]\n",
          "requests_per_unit=None must be a whole number >= 1"),
         ("domain: d\ndescriptors: [{key: k, rate_limit: {unlimited: true, unit: second}}]\n",
          "with unlimited: true (remove the unit)"),
-        ("domain: d\ndescriptors: [{key: k, shadow_mode: 'yes'}]\n",
-         "shadow_mode='yes' must be true or false"),
+        ("domain: d\ndescriptors: [{key: k, shadow_mode: maybe}]\n",
+         "shadow_mode='maybe' must be true or false"),
         ("domain: d\ndescriptors: [{key: k, rate_limit: {replaces: [{name: x}]}}]\n",
          "'replaces' is not supported"),
         ("domain: [d\n", "not valid YAML"),
@@ -185,3 +185,19 @@ def test_arbitrary_yaml_gives_a_config_or_a_configuration_error(tree: object, ra
         except ConfigurationError:
             continue
         loaded.match("d", [("k", "v")])
+
+
+def test_plain_scalars_read_as_envoy_reads_them() -> None:
+    # Go's yaml.v2 puts a scalar's text in a string field: `on` and `500` are text there.
+    text = (
+        "domain: d\ndescriptors:\n"
+        "  - {key: beta, value: on, shadow_mode: yes, rate_limit: {unit: second, "
+        "requests_per_unit: '5'}}\n"
+        "  - {key: port, value: 0x1F, rate_limit: {unit: second, requests_per_unit: 2}}\n"
+    )
+    loaded = parse_envoy_config([("d.yaml", text)])
+    beta = loaded.match("d", [("beta", "on")])
+    assert beta is not None and beta.shadow and beta.requests_per_unit == 5
+    assert loaded.match("d", [("beta", "True")]) is None
+    assert loaded.match("d", [("port", "0x1F")]) is not None
+    assert loaded.match("d", [("port", "31")]) is None

@@ -160,7 +160,7 @@ def _document(source: str, text: str | bytes, budget: list[int]) -> tuple[str, _
     if len(text) > _MAX_BYTES:
         raise ConfigurationError(f"envoy config {source}: larger than {_MAX_BYTES} bytes")
     try:
-        root = yaml.safe_load(text)
+        root = yaml.load(text, Loader=_loader())  # (a SafeLoader: builds no objects)
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         reason = " ".join(str(exc).split())[:200]
         raise ConfigurationError(
@@ -206,7 +206,7 @@ def _descriptors(
         if budget[0] < 0:
             raise ConfigurationError(f"{where}: more than {_MAX_NODES} descriptors")
         item = _check_keys(where, item)
-        key = _text(where, parent, "key", item.get("key", ""))
+        key = _text(where, parent, "key", item.get("key"))
         if not key:
             raise ConfigurationError(f"{where}: a descriptor under {parent!r} has no key")
         value = _text(where, parent, "value", item.get("value", ""))
@@ -216,11 +216,8 @@ def _descriptors(
             raise ConfigurationError(
                 f"{where}: descriptor {path!r} is configured twice (keep one of them)"
             )
-        shadow = item.get("shadow_mode", False)
-        if not isinstance(shadow, bool):
-            raise ConfigurationError(
-                f"{where}: {path}: shadow_mode={shadow!r} must be true or false"
-            )
+        shadow = _flag(f"{where}: {path}", "shadow_mode", item.get("shadow_mode"))
+        _flag(f"{where}: {path}", "detailed_metric", item.get("detailed_metric"))
         child = _Node()
         if item.get("rate_limit") is not None:
             child.rule = _rule(where, path, item["rate_limit"], shadow)
@@ -240,10 +237,8 @@ def _rule(where: str, path: str, rate_limit: object, shadow: bool) -> EnvoyLimit
             f"{where}: {path}: 'replaces' is not supported; remove it and give the replaced "
             "descriptor the limit you want"
         )
-    unlimited = spec.get("unlimited", False)
+    unlimited = _flag(f"{where}: {path}", "unlimited", spec.get("unlimited"))
     unit = spec.get("unit")
-    if not isinstance(unlimited, bool):
-        raise ConfigurationError(f"{where}: {path}: unlimited={unlimited!r} must be true or false")
     if unlimited:
         if unit is not None:
             raise ConfigurationError(
@@ -257,10 +252,12 @@ def _rule(where: str, path: str, rate_limit: object, shadow: bool) -> EnvoyLimit
             f"{where}: {path}: unit={_shown(unit)} is not a unit "
             f"(use {', '.join(u.lower() for u in UNITS)})"
         )
-    amount = spec.get("requests_per_unit")
-    if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
+    text = spec.get("requests_per_unit")
+    digits = text.strip() if isinstance(text, str) else ""
+    amount = int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 10 else 0
+    if amount < 1:
         raise ConfigurationError(
-            f"{where}: {path}: requests_per_unit={_shown(amount)} must be a whole number >= 1 "
+            f"{where}: {path}: requests_per_unit={_shown(text)} must be a whole number >= 1 "
             "(use unlimited: true for no limit)"
         )
     try:
@@ -270,10 +267,33 @@ def _rule(where: str, path: str, rate_limit: object, shadow: bool) -> EnvoyLimit
     return EnvoyLimit(path, name, limit, amount, unit_name, shadow)
 
 
+def _loader() -> type[Any]:
+    """A SafeLoader that reads every plain scalar as its text (but null), as Envoy's service
+    (Go's yaml.v2 into string fields) does: ``value: on`` is "on", ``value: 500`` is "500"."""
+    import yaml
+
+    resolvers = {
+        first: [(tag, regexp) for tag, regexp in found if tag.endswith((":null", ":merge"))]
+        for first, found in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    return type("EnvoyYamlLoader", (yaml.SafeLoader,), {"yaml_implicit_resolvers": resolvers})
+
+
+def _flag(where: str, what: str, value: object) -> bool:
+    """A YAML 1.1 boolean, as Go's yaml.v2 reads one (absent: false)."""
+    if value is None:
+        return False
+    word = value.lower() if isinstance(value, str) else ""
+    if word in ("true", "yes", "on", "y"):
+        return True
+    if word in ("false", "no", "off", "n"):
+        return False
+    raise ConfigurationError(f"{where}: {what}={_shown(value)} must be true or false")
+
+
 def _text(where: str, parent: str, what: str, value: object) -> str:
-    # YAML reads `value: 500` as a number; Envoy's service takes it as the text "500".
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
+    if value is None:
+        return ""
     if not isinstance(value, str):
         raise ConfigurationError(
             f"{where}: a descriptor under {parent!r}: {what}={_shown(value)} must be a string"

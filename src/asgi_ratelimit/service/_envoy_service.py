@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 try:
     import grpc
     from envoy.config.core.v3.base_pb2 import HeaderValue
-    from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+    from envoy.service.ratelimit.v3 import rls_pb2
     from google.protobuf.duration_pb2 import Duration
+    from google.protobuf.message import DecodeError
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(
         'Envoy\'s rate-limit API needs the grpc extra: pip install "asgi-rate-limit[grpc]"'
@@ -46,12 +47,13 @@ MAX_TEXT = 1024
 #: a cost beyond any limit's capacity is refused whatever it is (keeps the arithmetic small)
 MAX_COST = 1 << 40
 
+_SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
 _OK = rls_pb2.RateLimitResponse.OK
 _OVER_LIMIT = rls_pb2.RateLimitResponse.OVER_LIMIT
 _UNITS = rls_pb2.RateLimitResponse.RateLimit.Unit
 
 
-class EnvoyRateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
+class EnvoyRateLimitService:
     """``ShouldRateLimit`` answered from Envoy's own configuration files, on the limiter's
     backend (so on Redis the service and the apps with the middleware share storage).
 
@@ -75,10 +77,25 @@ class EnvoyRateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ign
         """A started gRPC server answering on ``address`` (``host:port``; port 0 picks a
         free one: read it from ``server.port``)."""
         server = grpc.aio.server()
-        rls_pb2_grpc.add_RateLimitServiceServicer_to_server(self, server)
+        # Requests arrive as bytes and are parsed here, so that bytes that are no request
+        # get INVALID_ARGUMENT (grpc's own parsing answers UNKNOWN and logs an error).
+        method = grpc.unary_unary_rpc_method_handler(
+            self._should_rate_limit_bytes,
+            response_serializer=rls_pb2.RateLimitResponse.SerializeToString,
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(_SERVICE, {"ShouldRateLimit": method}),)
+        )
         server.port = server.add_insecure_port(address)
         await server.start()
         return server
+
+    async def _should_rate_limit_bytes(self, data: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            request = rls_pb2.RateLimitRequest.FromString(data)
+        except DecodeError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "not a RateLimitRequest")
+        return await self.ShouldRateLimit(request, context)
 
     async def ShouldRateLimit(  # (the protocol's name)
         self, request: Any, context: grpc.aio.ServicerContext
