@@ -61,11 +61,10 @@ class EnvoyRateLimitService:
         server = await service.start("127.0.0.1:8081")
     """
 
-    def __init__(
-        self, limiter: RateLimiter, config: EnvoyConfig, *, headers: HeaderStyle = "both"
-    ) -> None:
+    def __init__(self, limiter: RateLimiter, config: EnvoyConfig) -> None:
         self.config = config
-        self.headers: HeaderStyle = headers
+        #: the limiter's header style, for ``response_headers_to_add``
+        self.headers: HeaderStyle = limiter.header_style
         backend = limiter.backend
         for rule in config.limits.values():
             if rule.limit is not None:
