@@ -201,3 +201,23 @@ def test_plain_scalars_read_as_envoy_reads_them() -> None:
     assert loaded.match("d", [("beta", "True")]) is None
     assert loaded.match("d", [("port", "0x1F")]) is not None
     assert loaded.match("d", [("port", "31")]) is None
+
+
+def test_the_documented_example_reads_as_the_docs_say() -> None:
+    example = Path(__file__).parents[2] / "examples" / "envoy" / "ratelimit.yaml"
+    loaded = load_envoy_config(example)
+    table = {
+        path: (rule.limit.amount if rule.limit else None, rule.unit, rule.shadow)
+        for path, rule in loaded.limits.items()
+    }
+    assert table == {
+        "edge.api_key": (100, "MINUTE", False),
+        "edge.api_key.path_/upload": (20, "HOUR", False),
+        "edge.api_key_partner-7": (10, "MINUTE", True),
+        "edge.path_/healthz": (None, "UNKNOWN", False),
+        "edge.remote_address": (10, "SECOND", False),
+    }
+    upload = loaded.match("edge", [("api_key", "k"), ("path", "/upload")])
+    assert upload is not None and upload.path == "edge.api_key.path_/upload"
+    partner = loaded.match("edge", [("api_key", "partner-7")])
+    assert partner is not None and partner.name == "partner_trial"

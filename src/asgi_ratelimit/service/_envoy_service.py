@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._decision import Decision, HeaderStyle, Policy
+from .._decision import Decision, Policy
 from .._engine import Engine
+from .._headers import _TEXT_NAMES
 from .._rates import Limit
 from ..backends._protocol import Check
 from ._envoy_config import EnvoyConfig, EnvoyLimit
@@ -63,8 +64,8 @@ class EnvoyRateLimitService:
 
     def __init__(self, limiter: RateLimiter, config: EnvoyConfig) -> None:
         self.config = config
-        #: the limiter's header style, for ``response_headers_to_add``
-        self.headers: HeaderStyle = limiter.header_style
+        # The limiter's renderer (its style; it encodes each policy's parts once).
+        self._render = limiter.renderer.render
         backend = limiter.backend
         for rule in config.limits.values():
             if rule.limit is not None:
@@ -158,8 +159,12 @@ class EnvoyRateLimitService:
         response = rls_pb2.RateLimitResponse(
             overall_code=_OK if decision.allowed else _OVER_LIMIT, statuses=statuses
         )
-        for header, value in decision.headers(self.headers).items():
-            response.response_headers_to_add.append(HeaderValue(key=header, value=value))
+        response.response_headers_to_add.extend(
+            [
+                HeaderValue(key=_TEXT_NAMES[name], value=value.decode("latin-1"))
+                for name, value in self._render(decision)
+            ]
+        )
         return response
 
 
