@@ -221,3 +221,25 @@ def test_the_documented_example_reads_as_the_docs_say() -> None:
     assert upload is not None and upload.path == "edge.api_key.path_/upload"
     partner = loaded.match("edge", [("api_key", "partner-7")])
     assert partner is not None and partner.name == "partner_trial"
+
+
+def test_reading_and_matching_are_linear() -> None:
+    from asgi_ratelimit.service import _envoy_config
+    from tests.parser_work import steps
+
+    def config_of(n: int) -> str:
+        items = "".join(
+            f"  - {{key: k{i}, value: v{i}, rate_limit: {{unit: second, requests_per_unit: 1}}}}\n"
+            for i in range(n)
+        )
+        return "domain: d\ndescriptors:\n" + items
+
+    small, large = config_of(20), config_of(200)
+    assert steps(lambda: parse_envoy_config([("s", large)]), _envoy_config) <= 11 * steps(
+        lambda: parse_envoy_config([("s", small)]), _envoy_config
+    )
+    loaded = parse_envoy_config([("s", large)])
+    # A match walks the request's entries, not the configuration.
+    few = steps(lambda: loaded.match("d", [("k1", "v1")] * 2), _envoy_config)
+    many = steps(lambda: loaded.match("d", [("k1", "v1")] * 20), _envoy_config)
+    assert few == many  # the walk stops where the configuration ends
