@@ -24,8 +24,6 @@ from ..backends._protocol import Check
 from ._envoy_config import EnvoyConfig, EnvoyLimit
 
 if TYPE_CHECKING:
-    import grpc
-
     from .._limiter import RateLimiter
 
 try:
@@ -70,8 +68,9 @@ class EnvoyRateLimitService:
         for rule in config.limits.values():
             if rule.limit is not None:
                 backend.validate_limit(rule.limit)
-        # Its own engine on the limiter's backend: shadow descriptors are policy modes.
-        self.engine = Engine(backend, limiter.on_backend_error, mode="enforce", policy_modes=True)
+        # Its own engine on the limiter's backend, in the limiter's mode: shadow descriptors
+        # are policy modes.
+        self.engine = Engine(backend, limiter.on_backend_error, limiter.mode, policy_modes=True)
 
     async def start(self, address: str) -> grpc.aio.Server:
         """A started gRPC server answering on ``address`` (``host:port``; port 0 picks a
@@ -187,7 +186,7 @@ def _status(rule: EnvoyLimit, status: Any) -> Any:
 
 
 def _problem(request: Any) -> str:
-    """What makes ``request`` unanswerable, or "" (Envoy's service refuses the same)."""
+    """What makes ``request`` unanswerable, or "" (the first two in Envoy's service's words)."""
     if not request.domain:
         return "rate limit domain must not be empty"
     if not request.descriptors:
