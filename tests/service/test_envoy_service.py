@@ -54,10 +54,10 @@ descriptors:
 
 
 @asynccontextmanager
-async def server_at(backend: Backend) -> AsyncIterator[str]:
+async def server_at(backend: Backend, **options: Any) -> AsyncIterator[str]:
     """A real gRPC server on a free port: its address."""
     service = EnvoyRateLimitService(
-        RateLimiter(backend=backend), parse_envoy_config([("edge.yaml", CONFIG)])
+        RateLimiter(backend=backend, **options), parse_envoy_config([("edge.yaml", CONFIG)])
     )
     server = await service.start("127.0.0.1:0")
     try:
@@ -67,9 +67,12 @@ async def server_at(backend: Backend) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def served(backend: Backend) -> AsyncIterator[Any]:
+async def served(backend: Backend, **options: Any) -> AsyncIterator[Any]:
     """A real gRPC server on a free port, and a client stub talking to it."""
-    async with server_at(backend) as address, grpc.aio.insecure_channel(address) as channel:
+    async with (
+        server_at(backend, **options) as address,
+        grpc.aio.insecure_channel(address) as channel,
+    ):
         yield RateLimitServiceStub(channel)
 
 
@@ -276,3 +279,22 @@ async def test_two_services_on_one_redis_share_each_budget(
             for stub in (first, second) * 3
         ]
     assert codes == [OK, OK, OK, OVER_LIMIT, OVER_LIMIT, OVER_LIMIT]
+
+
+@pytest.mark.parametrize(
+    ("policy", "status"), [("allow", (OK, 3, 0, 0.0)), ("deny", (OVER_LIMIT, 3, 0, 1.0))]
+)
+async def test_redis_down_applies_the_failure_policy(
+    prefix: str, clock: FakeClock, policy: str, status: tuple[int, int, int, float]
+) -> None:
+    from tests.service._gateway import free_port
+
+    clock.now = ALIGNED
+    down = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    async with (
+        RedisBackend.from_url(down, prefix=prefix, clock=clock, timeout=0.5) as backend,
+        served(backend, on_backend_error=policy) as stub,
+    ):
+        answers = [await stub.ShouldRateLimit(ask([("api_key", "k1")])) for _ in range(2)]
+    assert [a.overall_code for a in answers] == [status[0]] * 2
+    assert [numbers(a) for a in answers] == [[status]] * 2
