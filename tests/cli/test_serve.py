@@ -13,7 +13,8 @@ from asgi_ratelimit.cli import _register, app
 _register()
 runner = CliRunner()
 VARIABLES = ("RATELIMIT_RULES_FILE", "RATELIMIT_STORAGE_URL", "RATELIMIT_TRUSTED_PROXIES",
-             "RATELIMIT_SERVE_PROXY", "RATELIMIT_SERVE_LIMITER")  # fmt: skip
+             "RATELIMIT_SERVE_PROXY", "RATELIMIT_SERVE_LIMITER", "RATELIMIT_SERVE_ENVOY_CONFIG",
+             "RATELIMIT_SERVE_GRPC_PORT", "RATELIMIT_SERVE_GRPC_HOST")  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +45,13 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
          "error: RATELIMIT_SERVE_LIMITER='no_such_module_here:limiter': No module named"),
         (["--trusted-proxies", "127.0.0.1", "--rules", "missing.toml"],
          "error: rules file 'missing.toml': cannot be read"),
+        (["--trusted-proxies", "127.0.0.1", "--grpc-port", "8081"],
+         "error: RATELIMIT_SERVE_ENVOY_CONFIG=None, RATELIMIT_SERVE_GRPC_PORT='8081': Envoy's "
+         "rate-limit API needs both (serve --envoy-config FILE --grpc-port PORT)"),
+        (["--trusted-proxies", "127.0.0.1", "--grpc-port", "8081", "--envoy-config", "no.yaml"],
+         "error: envoy config 'no.yaml': cannot read it"),
+        (["--trusted-proxies", "127.0.0.1", "--grpc-port", "0", "--envoy-config", "no.yaml"],
+         "error: RATELIMIT_SERVE_GRPC_PORT='0': give a port, 1 to 65535"),
     ],
 )  # fmt: skip
 def test_a_set_up_that_cannot_work_is_one_line(arguments: list[str], message: str) -> None:

@@ -19,6 +19,9 @@ import typer
 from .._errors import ConfigurationError
 from ..backends._memory import MemoryBackend
 from ..service._environment import (
+    ENVOY_CONFIG_VARIABLE,
+    GRPC_HOST_VARIABLE,
+    GRPC_PORT_VARIABLE,
     LIMITER_VARIABLE,
     PROXY_VARIABLE,
     forward_auth_from_environment,
@@ -69,11 +72,27 @@ def serve(
             "backend), instead of --rules and --storage.",
         ),
     ] = None,
+    envoy_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--envoy-config",
+            help="Envoy's ratelimit service config: a YAML file or a folder of them "
+            f"({ENVOY_CONFIG_VARIABLE}); with --grpc-port.",
+        ),
+    ] = None,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option(
+            "--grpc-port",
+            help=f"Serve Envoy's rate-limit API (gRPC) on this port ({GRPC_PORT_VARIABLE}).",
+        ),
+    ] = None,
     host: Annotated[str, typer.Option("--host", help="The address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="The port to listen on.")] = 8090,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 1,
 ) -> None:
-    """Answer forward-auth checks (nginx auth_request, Traefik, Caddy, Envoy) at /check."""
+    """Answer forward-auth checks (nginx auth_request, Traefik, Caddy, Envoy) at /check,
+    and with --envoy-config and --grpc-port Envoy's rate-limit API over gRPC."""
     if limiter and (rules is not None or storage is not None):
         fail("--limiter brings its own rules and storage: give either it or --rules/--storage", 2)
     given = {
@@ -82,6 +101,9 @@ def serve(
         "RATELIMIT_TRUSTED_PROXIES": trusted_proxies,
         PROXY_VARIABLE: proxy,
         LIMITER_VARIABLE: limiter,
+        ENVOY_CONFIG_VARIABLE: None if envoy_config is None else str(envoy_config),
+        GRPC_PORT_VARIABLE: None if grpc_port is None else str(grpc_port),
+        GRPC_HOST_VARIABLE: host,
     }
     os.environ.update({name: value for name, value in given.items() if value is not None})
     try:
@@ -89,7 +111,11 @@ def serve(
 
         service = forward_auth_from_environment()  # every error now, not in each worker
     except ImportError as exc:
-        fail(f'{exc}: pip install "asgi-rate-limit[serve]"', 2)
+        extra = "grpc" if envoy_config or grpc_port else "serve"
+        fail(
+            exc if "pip install" in str(exc) else f'{exc}: pip install "asgi-rate-limit[{extra}]"',
+            2,
+        )
     except ConfigurationError as exc:
         fail(exc, 2)
     if workers > 1 and isinstance(service.limiter.backend, MemoryBackend):

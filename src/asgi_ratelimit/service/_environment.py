@@ -9,7 +9,10 @@ this factory, so every worker builds the same limiter:
   identities: ``JWTSubject``, ``APIKey``; its rules and backend), so the service identifies
   and counts exactly as the app does;
 - ``RATELIMIT_SERVE_PROXY``: whose headers name the original request (``nginx``,
-  ``forwarded`` or ``envoy``; see `original_request`).
+  ``forwarded`` or ``envoy``; see `original_request`);
+- ``RATELIMIT_SERVE_ENVOY_CONFIG`` and ``RATELIMIT_SERVE_GRPC_PORT``: Envoy's rate-limit API
+  over gRPC on that port, from the configuration files of Envoy's own service
+  (`load_envoy_config`), on the same backend (the ``grpc`` extra).
 """
 
 from __future__ import annotations
@@ -23,10 +26,19 @@ from .._limiter import RateLimiter
 from ._forward_auth import ForwardAuth
 from ._original_request import PROXIES, Proxy
 
-__all__ = ["LIMITER_VARIABLE", "PROXY_VARIABLE", "forward_auth_from_environment"]
+__all__ = [
+    "ENVOY_CONFIG_VARIABLE",
+    "GRPC_PORT_VARIABLE",
+    "LIMITER_VARIABLE",
+    "PROXY_VARIABLE",
+    "forward_auth_from_environment",
+]
 
 LIMITER_VARIABLE = "RATELIMIT_SERVE_LIMITER"
 PROXY_VARIABLE = "RATELIMIT_SERVE_PROXY"
+ENVOY_CONFIG_VARIABLE = "RATELIMIT_SERVE_ENVOY_CONFIG"
+GRPC_PORT_VARIABLE = "RATELIMIT_SERVE_GRPC_PORT"
+GRPC_HOST_VARIABLE = "RATELIMIT_SERVE_GRPC_HOST"
 
 
 def forward_auth_from_environment() -> ForwardAuth:
@@ -39,7 +51,24 @@ def forward_auth_from_environment() -> ForwardAuth:
         )
     target = os.environ.get(LIMITER_VARIABLE)
     limiter = RateLimiter.from_settings() if not target else _imported(target)
-    return ForwardAuth(limiter, proxy=cast(Proxy, proxy))
+    config_path = os.environ.get(ENVOY_CONFIG_VARIABLE)
+    port = os.environ.get(GRPC_PORT_VARIABLE)
+    if bool(config_path) != bool(port):
+        raise ConfigurationError(
+            f"{ENVOY_CONFIG_VARIABLE}={config_path!r}, {GRPC_PORT_VARIABLE}={port!r}: Envoy's "
+            "rate-limit API needs both (serve --envoy-config FILE --grpc-port PORT)"
+        )
+    if not config_path or not port:
+        return ForwardAuth(limiter, proxy=cast(Proxy, proxy))
+    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigurationError(f"{GRPC_PORT_VARIABLE}={port!r}: give a port, 1 to 65535")
+    from ._envoy_config import load_envoy_config
+    from ._envoy_service import EnvoyRateLimitService
+
+    envoy = EnvoyRateLimitService(limiter, load_envoy_config(config_path))
+    host = os.environ.get(GRPC_HOST_VARIABLE, "127.0.0.1")
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return ForwardAuth(limiter, proxy=cast(Proxy, proxy), envoy=envoy, grpc_address=address)
 
 
 def _imported(target: str) -> RateLimiter:

@@ -22,6 +22,9 @@ client. The identity comes from the forwarded ``Authorization`` or API-key heade
 limiter's sources read them. The service never sees the response: an in-flight slot
 (``concurrency``) is given back at once, and ``count_when``/``settle`` count every
 admitted request.
+
+With ``envoy=`` (an `EnvoyRateLimitService`) the app also serves Envoy's rate-limit API over
+gRPC on ``grpc_address`` for its lifespan, on the same limiter's backend.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._decision import Decision
 from .._errors import ConfigurationError
@@ -37,6 +40,9 @@ from .._limiter import RateLimiter
 from .._log_once import LogOnce
 from ..http._responses import PROBLEM_JSON, Responses, forbidden, send_response
 from ._original_request import CHECK_PATH, PROXIES, Proxy, Unreadable, original_request
+
+if TYPE_CHECKING:
+    from ._envoy_service import EnvoyRateLimitService
 
 __all__ = ["ForwardAuth"]
 
@@ -58,7 +64,14 @@ class ForwardAuth:
     The app owns the limiter's backend for its lifespan (``async with backend``).
     """
 
-    def __init__(self, limiter: RateLimiter, *, proxy: Proxy = "nginx") -> None:
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        *,
+        proxy: Proxy = "nginx",
+        envoy: EnvoyRateLimitService | None = None,
+        grpc_address: str = "127.0.0.1:8081",
+    ) -> None:
         if proxy not in PROXIES:
             raise ConfigurationError(
                 f"proxy={proxy!r}: unknown (use 'nginx', 'forwarded' for Traefik and Caddy, "
@@ -72,6 +85,9 @@ class ForwardAuth:
             )
         self.limiter = limiter
         self.proxy: Proxy = proxy
+        self.envoy = envoy
+        self.grpc_address = grpc_address
+        self._grpc_server: Any = None
         self._responses = Responses(limiter.renderer)
         self._render = limiter.renderer.render
         self._log = LogOnce()
@@ -138,11 +154,16 @@ class ForwardAuth:
                 try:
                     await backend.__aenter__()
                     self.limiter.start()
+                    if self.envoy is not None:
+                        # Every worker listens on the port: gRPC sets SO_REUSEPORT.
+                        self._grpc_server = await self.envoy.start(self.grpc_address)
                 except Exception as exc:
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self._grpc_server is not None:
+                    await self._grpc_server.stop(grace=5)
                 await self.limiter.stop()
                 await backend.__aexit__(None, None, None)
                 await send({"type": "lifespan.shutdown.complete"})
