@@ -5,7 +5,7 @@ algorithms, so a request costs one EVALSHA. This module turns `Check` objects in
 script's KEYS/ARGV and its reply (doubles, exact for fractions and infinity, or integers)
 back into `Outcome` objects.
 
-    args = encode("hit", checks, keys, now_us=None)  # [head, fields, <5 doubles>...]
+    args = encode("hit", checks, keys, now_us=None)  # [head + fields + <5 doubles>...]
     names = script_keys(checks, keys)                # one per check (see script_key)
     reply = await client.execute_command("EVALSHA", SCRIPT_SHA, len(names), *names, *args,
                                          NEVER_DECODE=[])
@@ -85,8 +85,9 @@ ALGORITHM_CODES = {
 
 
 def check_arg(limit: Limit, cost: float, block: Block | None = None) -> bytes:
-    """ARGV of one check: five doubles (code, amount, period_us, burst, cost), then its
-    block's reset_us, count and durations_us when it has one; made once."""
+    """One check in the script's argument: five doubles (code, amount, period_us, burst,
+    cost; code + 16 when it has a block), then its block's reset_us, count and durations_us;
+    made once."""
     by_cost = _CHECK_ARGS.get(limit.id)
     if by_cost is None:
         by_cost = _CHECK_ARGS[limit.id] = {}
@@ -94,7 +95,7 @@ def check_arg(limit: Limit, cost: float, block: Block | None = None) -> bytes:
     arg = by_cost.get(known)
     if arg is None:
         # Doubles carry every value exactly: integers below 2^53 and the cost as given.
-        code = float(ALGORITHM_CODES[limit.algorithm])
+        code = float(ALGORITHM_CODES[limit.algorithm]) + (0 if block is None else 16)
         arg = _CHECK.pack(code, limit.amount, limit.period_us, limit.burst, cost)
         if block is not None:
             durations = block.durations_us
@@ -133,15 +134,16 @@ def encode(
 ) -> list[str | bytes]:
     """ARGV for one script call (see the header of ``ratelimit.lua``); KEYS are the callers'.
 
-    Few arguments, on purpose: each one costs the client a few microseconds to send.
+    One argument, on purpose: each one costs the client a few microseconds to send, and the
+    server about 1,000 instructions to hand to the script.
     """
-    args: list[str | bytes] = [
-        head(mode, now_us, want_state, ttl_margin_ms),
-        b"".join(map(field_of, storage_keys)),
-    ]
-    for check in checks:
-        args.append(check_arg(check.limit, check.cost, check.block))
-    return args
+    start = head(mode, now_us, want_state, ttl_margin_ms, len(checks))
+    fields = b"".join(map(field_of, storage_keys))
+    return [b"".join([start, fields, *_check_args(checks)])]
+
+
+def _check_args(checks: Sequence[Check]) -> list[bytes]:
+    return [check_arg(check.limit, check.cost, check.block) for check in checks]
 
 
 def script_keys(checks: Sequence[Check], storage_keys: Sequence[str]) -> list[str]:
@@ -161,39 +163,35 @@ def framed_args(
     want_state: bool = False,
     ttl_margin_ms: int = 0,
 ) -> list[bytes]:
-    """`encode`'s ARGV, each already framed for `command`: built once per limit and cost
-    (``fields``: the checks' `field_of`, joined)."""
-    known = (mode, want_state, ttl_margin_ms)
-    framed = None if now_us is not None else _FRAMED_HEADS.get(known)
-    if framed is None:
-        framed = frame(head(mode, now_us, want_state, ttl_margin_ms))
-        if now_us is None:  # an injected clock's instants are not worth keeping
-            _FRAMED_HEADS[known] = framed
-    args = [framed, frame(fields)]
-    for check in checks:
-        arg = check_arg(check.limit, check.cost, check.block)
-        framed = _FRAMED.get(arg)
-        if framed is None:
-            framed = frame(arg)
-            if len(_FRAMED) < 1024:
-                _FRAMED[arg] = framed
-        args.append(framed)
-    return args
+    """`encode`'s ARGV, framed for `command` (``fields``: the checks' `field_of`, joined);
+    the head and each check's part are made once."""
+    known = (mode, want_state, ttl_margin_ms, len(checks))
+    start = None if now_us is not None else _HEADS.get(known)
+    if start is None:
+        start = head(mode, now_us, want_state, ttl_margin_ms, len(checks))
+        if now_us is None and len(_HEADS) < 1024:  # an injected clock's are not worth keeping
+            _HEADS[known] = start
+    return [frame(b"".join([start, fields, *_check_args(checks)]))]
 
 
-#: a check argument -> its RESP frame (the few of the app)
-_FRAMED: dict[bytes, bytes] = {}
-#: (mode, want_state, margin) -> the framed head of a call on the server's clock
-_FRAMED_HEADS: dict[tuple[str, bool, int], bytes] = {}
-_HEAD_ARG = struct.Struct("<BBdd")
+#: (mode, want_state, margin, checks) -> the head of a call on the server's clock
+_HEADS: dict[tuple[str, bool, int, int], bytes] = {}
+_HEAD_ARG = struct.Struct("<BBddd")
 _MODES = {"hit": 1, "peek": 2, "refund": 3}
 
 
-def head(mode: Mode, now_us: int | None, want_state: bool = False, ttl_margin_ms: int = 0) -> bytes:
-    """ARGV[1]: the mode, whether to send states, the TTL margin and the clock (-1: the
-    server's ``TIME``), in a form the script reads with one ``struct.unpack``."""
+def head(
+    mode: Mode,
+    now_us: int | None,
+    want_state: bool = False,
+    ttl_margin_ms: int = 0,
+    checks: int = 0,
+) -> bytes:
+    """The start of ARGV[1]: the mode, whether to send states, the TTL margin, the clock
+    (-1: the server's ``TIME``) and the number of checks, in a form the script reads with
+    one ``struct.unpack``."""
     clock = -1 if now_us is None else now_us
-    return _HEAD_ARG.pack(_MODES[mode], want_state, ttl_margin_ms, clock)
+    return _HEAD_ARG.pack(_MODES[mode], want_state, ttl_margin_ms, clock, checks)
 
 
 def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], list[State | None]]:

@@ -12,17 +12,19 @@
 --             other kinds the start of their hashes' names, prefix{bucket}:<limit code> (see
 --             "Where states live"); after the checks' keys, the block key of each check that
 --             has a block
--- ARGV[1]   - struct "<BBdd": mode, want_state, margin_ms, now:
+-- ARGV[1]   - one string: a head, struct "<BBddd": mode, want_state, margin_ms, now, n:
 --             mode 1 "hit" (decide; store only if every check passes), 2 "peek" (decide,
 --             store nothing) or 3 "refund" (give back the costs of a "hit" made at now);
 --             want_state 1 to return each check's stored state when the request is denied;
 --             margin_ms added to every TTL (0 with the server's clock);
---             now in integer microseconds, or -1 to use the server's TIME
--- ARGV[2]   - each check's field in those hashes, 8 bytes each, in order
--- ARGV[2+i] - check i: five little-endian doubles (struct "<ddddd"): algorithm code
+--             now in integer microseconds, or -1 to use the server's TIME; n checks.
+--             Then each check's field in those hashes, 8 bytes each, in order; then each
+--             check: five little-endian doubles (struct "<ddddd"): algorithm code
 --             (1 fixed_window, 2 sliding_window_log, 3 sliding_window_counter, 4 token_bucket,
---             5 gcra, 6 leaky_bucket), amount, period_us, burst, cost; for a check with a
---             block (Block in backends/_protocol.py), then reset_us, n and n durations_us
+--             5 gcra, 6 leaky_bucket; + 16 for a check with a block), amount, period_us,
+--             burst, cost; for a check with a block (Block in backends/_protocol.py), then
+--             reset_us, count and count durations_us. One argument, not one a part: Redis
+--             makes a Lua string and a table slot of each (about 1,000 instructions).
 -- returns   - one binary string: two doubles (struct "<dd"): now_us and flags (1: all
 --             allowed; 2: the numbers that follow are integers; 4: a number passes 2^53,
 --             and all are sent as text after its length: "n n n n n n n;..."), then seven
@@ -257,7 +259,7 @@ local function scaled_cost_big(cost, scale)
 end
 
 -- fixed window -------------------------------------------------------------------------------
-local function fixed_window(state, now, amount, period, burst, cost)
+local function fixed_window(state, now, amount, period, burst, cost, into)
   local window = floordiv(now, period)
   local count = 0
   if state and state[1] == window then
@@ -270,12 +272,13 @@ local function fixed_window(state, now, amount, period, burst, cost)
     count = count + cost
     if count ~= 0 then reset = until_next end
     -- The whole quota comes back at once, when the window ends: more quota then.
-    return {true, amount - count, reset, 0, 0, {window, count}, reset, reset}
+    into[1], into[2], into[3] = window, count, nil
+    return true, amount - count, reset, 0, 0, into, reset, reset
   end
   local retry = huge
   if cost <= amount then retry = until_next end
   if count ~= 0 then reset = until_next end
-  return {false, amount - count, reset, retry, 0, nil, 0}
+  return false, amount - count, reset, retry, 0, nil, 0
 end
 
 -- sliding window log: state {entries = {{ts, cost, original index or false}, ...}} ---------------
@@ -323,12 +326,12 @@ local function sliding_window_log(state, now, amount, period, burst, cost)
     local wanted = floor(amount - used) + 1  -- one more than is left
     local more = 0
     if wanted <= amount then more = log_wait(entries, wanted, amount, used, period, now) end
-    return {true, amount - used, reset, 0, 0, {entries = entries, orig = state and state.orig or 0}, reset, more}
+    return true, amount - used, reset, 0, 0, {entries = entries, orig = state and state.orig or 0}, reset, more
   end
   if #entries > 0 then reset = entries[#entries][1] + period - now end
   local retry = huge
   if cost <= amount then retry = log_wait(entries, cost, amount, used, period, now) end
-  return {false, amount - used, reset, retry, 0, nil, 0}
+  return false, amount - used, reset, retry, 0, nil, 0
 end
 
 -- sliding window counter -----------------------------------------------------------------------
@@ -441,7 +444,7 @@ local function more_quota_in(remaining, amount, current, previous, elapsed, peri
   return wait_until_fits(wanted, amount, current, previous, elapsed, period)
 end
 
-local function sliding_window_counter(state, now, amount, period, burst, cost)
+local function sliding_window_counter(state, now, amount, period, burst, cost, into)
   local window = floordiv(now, period)
   local elapsed = now - window * period
   local current, previous = 0, 0
@@ -461,18 +464,19 @@ local function sliding_window_counter(state, now, amount, period, burst, cost)
     if current ~= 0 then ttl = 2 * period - elapsed end
     local remaining = amount - est - cost
     local more = more_quota_in(remaining, amount, current, previous, elapsed, period)
-    return {true, remaining, reset, 0, 0, {window, current, previous}, ttl, more}
+    into[1], into[2], into[3] = window, current, previous
+    return true, remaining, reset, 0, 0, into, ttl, more
   end
   local retry = huge
   if cost <= amount then
     retry = wait_until_fits(cost, amount, current, previous, elapsed, period)
   end
   local reset = wait_until_fits(amount, amount, current, previous, elapsed, period)
-  return {false, math.max(0, amount - est), reset, retry, 0, nil, 0}
+  return false, math.max(0, amount - est), reset, retry, 0, nil, 0
 end
 
 -- token bucket: state {level scaled by period, last update} -------------------------------------
-local function token_bucket(state, now, amount, period, burst, cost)
+local function token_bucket(state, now, amount, period, burst, cost, into)
   local full = burst * period
   local level, last
   if not state then
@@ -493,11 +497,12 @@ local function token_bucket(state, now, amount, period, burst, cost)
     -- The next whole token: the level reaches (remaining + 1) * period.
     local more = 0
     if level < full then more = ceil_div((remaining + 1) * period - level, amount) end
-    return {true, remaining, reset, 0, 0, {level, last}, reset, more}
+    into[1], into[2], into[3] = level, last, nil
+    return true, remaining, reset, 0, 0, into, reset, more
   end
   local retry = huge
   if cost <= burst then retry = ceil_div(needed - level, amount) end
-  return {false, floordiv(level, period), ceil_div(full - level, amount), retry, 0, nil, 0}
+  return false, floordiv(level, period), ceil_div(full - level, amount), retry, 0, nil, 0
 end
 
 -- GCRA and leaky bucket: state {backlog (scaled by amount) at the instant "at", at} ----------------
@@ -511,7 +516,7 @@ local function backlog_now(state, now, amount)
   return backlog - gain
 end
 
-local function gcra(state, now, amount, period, burst, cost)
+local function gcra(state, now, amount, period, burst, cost, into)
   local tolerance = burst * period
   local rel = backlog_now(state, now, amount)
   local backlog = rel + scaled_cost(cost, period)
@@ -521,14 +526,15 @@ local function gcra(state, now, amount, period, burst, cost)
     -- One more unit fits once the backlog is down to tolerance - (remaining + 1) * period.
     local more = 0
     if remaining < burst then more = ceil_div(backlog - tolerance + (remaining + 1) * period, amount) end
-    return {true, remaining, reset, 0, 0, {backlog, now}, reset, more}
+    into[1], into[2], into[3] = backlog, now, nil
+    return true, remaining, reset, 0, 0, into, reset, more
   end
   local retry = huge
   if cost <= burst then retry = ceil_div(backlog - tolerance, amount) end
-  return {false, floordiv(tolerance - rel, period), ceil_div(rel, amount), retry, 0, nil, 0}
+  return false, floordiv(tolerance - rel, period), ceil_div(rel, amount), retry, 0, nil, 0
 end
 
-local function leaky_bucket(state, now, amount, period, burst, cost)
+local function leaky_bucket(state, now, amount, period, burst, cost, into)
   local capacity = burst * period
   local queued = backlog_now(state, now, amount)
   local step = scaled_cost(cost, period)
@@ -539,13 +545,17 @@ local function leaky_bucket(state, now, amount, period, burst, cost)
     local remaining = floordiv(capacity - backlog, period)
     local more = 0
     if remaining < burst then more = ceil_div(backlog - capacity + (remaining + 1) * period, amount) end
-    return {true, remaining, reset, 0, delay, {backlog, now}, reset, more}
+    into[1], into[2], into[3] = backlog, now, nil
+    return true, remaining, reset, 0, delay, into, reset, more
   end
   local retry = huge
   if cost <= burst then retry = ceil_div(queued + step - capacity, amount) end
-  return {false, floordiv(capacity - queued, period), ceil_div(queued, amount), retry, 0, nil, 0}
+  return false, floordiv(capacity - queued, period), ceil_div(queued, amount), retry, 0, nil, 0
 end
 
+-- Each decider returns an outcome's eight values (see OUTCOMES below), not a table, and
+-- writes an allowed check's new state into `into`, the check's own table (the sliding log
+-- excepted): tables a call makes cost the server allocation and garbage collection.
 local DECIDE = {fixed_window, sliding_window_log, sliding_window_counter, token_bucket, gcra,
                 leaky_bucket}
 
@@ -563,7 +573,7 @@ local function backlog_now_big(state, now, amount)
   return minus(backlog, gain)
 end
 
-local function token_bucket_big(state, now, amount, period, burst, cost)
+local function token_bucket_big(state, now, amount, period, burst, cost, into)
   local full = mul(big(burst), big(period))
   local level, last
   if not state then
@@ -585,16 +595,17 @@ local function token_bucket_big(state, now, amount, period, burst, cost)
     if cmp(level, full) < 0 then
       more = out(ceil_big(minus(mul(big(remaining + 1), big(period)), level), amount))
     end
-    return {true, remaining, reset, 0, 0, {level, last}, reset, more}
+    into[1], into[2], into[3] = level, last, nil
+    return true, remaining, reset, 0, 0, into, reset, more
   end
   local retry = huge
   if cost <= burst then retry = out(ceil_big(minus(needed, level), amount)) end
-  return {false, num((divmod_big(level, period))), out(ceil_big(minus(full, level), amount)),
-          retry, 0, nil, 0}
+  return false, num((divmod_big(level, period))), out(ceil_big(minus(full, level), amount)),
+          retry, 0, nil, 0
 end
 
 -- GCRA and the leaky bucket: a request of step passes when queued + step <= capacity.
-local function bucket_big(state, now, amount, period, burst, cost, shapes)
+local function bucket_big(state, now, amount, period, burst, cost, into, shapes)
   local capacity = mul(big(burst), big(period))
   local queued = backlog_now_big(state, now, amount)
   local backlog = add(queued, scaled_cost_big(cost, period))
@@ -608,7 +619,8 @@ local function bucket_big(state, now, amount, period, burst, cost, shapes)
     if remaining < burst then  -- one more unit fits once room grows to (remaining + 1) * period
       more = out(ceil_big(minus(mul(big(remaining + 1), big(period)), room), amount))
     end
-    return {true, remaining, reset, 0, delay, {backlog, now}, reset, more}
+    into[1], into[2], into[3] = backlog, now, nil
+    return true, remaining, reset, 0, delay, into, reset, more
   end
   local retry = huge
   if cost <= burst then retry = out(ceil_big(minus(backlog, capacity), amount)) end
@@ -618,21 +630,28 @@ local function bucket_big(state, now, amount, period, burst, cost, shapes)
   else  -- Python's floor division of a negative room
     remaining = -num(ceil_big(minus(queued, capacity), period))
   end
-  return {false, remaining, out(ceil_big(queued, amount)), retry, 0, nil, 0}
+  return false, remaining, out(ceil_big(queued, amount)), retry, 0, nil, 0
 end
 
-local function gcra_big(state, now, amount, period, burst, cost)
-  return bucket_big(state, now, amount, period, burst, cost, false)
+local function gcra_big(state, now, amount, period, burst, cost, into)
+  return bucket_big(state, now, amount, period, burst, cost, into, false)
 end
 
-local function leaky_bucket_big(state, now, amount, period, burst, cost)
-  return bucket_big(state, now, amount, period, burst, cost, true)
+local function leaky_bucket_big(state, now, amount, period, burst, cost, into)
+  return bucket_big(state, now, amount, period, burst, cost, into, true)
 end
 
 local DECIDE_BIG = {[4] = token_bucket_big, [5] = gcra_big, [6] = leaky_bucket_big}
 
 local LOG = 2
 local LAYOUTS = {}  -- checks -> the struct layout of a whole reply
+-- A check's table and its outcome's, by position, kept from call to call and refilled (a
+-- function library's definitions outlive calls): a table a call makes costs about 1,000
+-- instructions with its share of garbage collection. An outcome is the deciders' eight
+-- results: allowed, remaining, reset_us, retry_us, delay_us, the new state (allowed only),
+-- ttl_us and next_us (allowed only).
+local CHECKS, OUTCOMES = {}, {}
+local VALUES = {}  -- the numbers of a reply of integers, refilled the same way
 local HIT, REFUND = 1, 3  -- the modes (2: peek)
 
 -- storage ------------------------------------------------------------------------------------
@@ -734,20 +753,24 @@ local function bucket_value(code, state, amount, period, burst, start, is_big_ch
   return '\0' .. pack('<dd', state[1], state[2])
 end
 
-local function bucket_state(raw, code, amount, period, burst, start, is_big_check)
+local function bucket_state(raw, code, amount, period, burst, start, is_big_check, into)
+  into[3] = nil
   if is_big_check then
     local number, at = match(raw, '^(%d+) (%-?%d+)$')
-    return {big_of_text(number), tonumber(at)}
+    into[1], into[2] = big_of_text(number), tonumber(at)
+  elseif byte(raw, 1) == 0 then
+    into[1], into[2] = unpack_struct('<dd', raw, 2)
+  else
+    -- The backlog at NOW; zero once drained, which decides exactly like no state.
+    local rel = tonumber(raw) - (NOW - start) * amount
+    if rel < 0 then rel = 0 end
+    if code == 4 then  -- refilled up to NOW
+      into[1], into[2] = burst * period - rel, NOW
+    else
+      into[1], into[2] = rel, NOW
+    end
   end
-  if byte(raw, 1) == 0 then
-    local a, b = unpack_struct('<dd', raw, 2)
-    return {a, b}
-  end
-  -- The backlog at NOW; zero once drained, which decides exactly like no state.
-  local rel = tonumber(raw) - (NOW - start) * amount
-  if rel < 0 then rel = 0 end
-  if code == 4 then return {burst * period - rel, NOW} end  -- refilled up to NOW
-  return {rel, NOW}
+  return into
 end
 
 -- A check's state at now (nil when absent); for the bucket kinds the hash it was found in
@@ -761,19 +784,24 @@ local function load(c, now, ahead)
     local home = hash_of(key, window)
     local raw = redis.call('HGET', home, field)
     if not raw then return nil, nil, nil, home end
-    return {window, count_of(raw)}, nil, nil, home
+    local state = c[16]
+    state[1], state[2], state[3] = window, count_of(raw), nil
+    return state, nil, nil, home
   end
   if code == 3 then
     local window = floordiv(now, period)
     local home = hash_of(key, window)
     local raw = redis.call('HGET', home, field)
     if raw then
-      local current, previous = pair_of(raw, amount)
-      return {window, current, previous}, nil, nil, home
+      local state = c[16]
+      state[1], state[2], state[3] = window, pair_of(raw, amount)
+      return state, nil, nil, home
     end
     raw = redis.call('HGET', hash_of(key, window - 1), field)
     if not raw then return nil, nil, nil, home end
-    return {window, 0, (pair_of(raw, amount))}, nil, nil, home
+    local state = c[16]
+    state[1], state[2], state[3] = window, 0, (pair_of(raw, amount))
+    return state, nil, nil, home
   end
   if code == LOG then
     local raw = redis.call('LRANGE', key, 0, -1)
@@ -797,7 +825,8 @@ local function load(c, now, ahead)
     if n == g then home = hash end
     local raw = redis.call('HGET', hash, field)
     if raw then
-      return bucket_state(raw, code, amount, period, burst, n * length, c[7]), hash, n, home
+      return bucket_state(raw, code, amount, period, burst, n * length, c[7], c[16]), hash, n,
+             home
     end
   end
   return nil, nil, nil, home
@@ -974,13 +1003,13 @@ end
 -- A check of a blocked key: refused, nothing left, and passing only once the block is over
 -- and its limit (own: its outcome) agrees.
 local function blocked(c, state, now, until_us, own)
-  local free = (c[7] and DECIDE_BIG or DECIDE)[c[2]](state, now, c[3], c[4], c[5], 0)
+  local _, _, reset, _, _, _, ttl = (c[7] and DECIDE_BIG or DECIDE)[c[2]](state, now, c[3], c[4],
+                                                                           c[5], 0, c[17])
   local wait = until_us - now
   local retry = wait
   if not own[1] and own[4] > wait then retry = own[4] end
-  local reset = free[3]
   if type(reset) ~= 'table' and reset < wait then reset = wait end
-  return {false, 0, reset, retry, 0, nil, free[7], 0}
+  return false, 0, reset, retry, 0, nil, ttl, 0
 end
 
 -- Block the keys whose checks with a block their limit refused (once per key per call);
@@ -1010,7 +1039,8 @@ local function start_blocks(checks, outcomes, now, margin_ms)
 end
 
 -- main -----------------------------------------------------------------------------------------
-local mode, want, margin_ms, clock = unpack_struct('<BBdd', ARGV[1])
+local arg = ARGV[1]
+local mode, want, margin_ms, clock, n = unpack_struct('<BBddd', arg)
 local now
 if clock < 0 then
   -- Writes after TIME are safe: Redis >= 5 replicates a script's effects, not the script.
@@ -1024,25 +1054,35 @@ local want_state = want == 1
 
 local checks = {}
 local blocks = 0
-local fields = ARGV[2]
-for i = 1, #ARGV - 2 do
-  local arg = ARGV[i + 2]
-  local code, amount, period, burst, cost = unpack_struct('<ddddd', arg)
+local at = 27 + 8 * n  -- the first check's, after the head and the fields
+for i = 1, n do
+  local code, amount, period, burst, cost = unpack_struct('<ddddd', arg, at)
+  at = at + 40
+  local block = code > 16
+  if block then code = code - 16 end
   -- c[7]: whether a bucket kind needs big integers (the product rounds up to 2^53 exactly
   -- when it reaches it); c[8]: its block; c[9]: its field; c[10] the check that holds its
   -- state (itself, or an earlier one of the same state), which keeps in c[11] to c[15] the
   -- state, the state read, where it was found, the hash a hit writes, and the last check
-  -- that counts. One table a check: every table costs the script about 1,000 instructions
-  -- with its share of Lua's garbage collection.
-  local c = {KEYS[i], code, amount, period, burst, cost, code >= 4 and burst * period >= EXACT,
-             false, sub(fields, 8 * i - 7, 8 * i), false, false, false, false, false, false}
+  -- that counts. The check's table of an earlier call, refilled (see CHECKS).
+  local c = CHECKS[i]
+  if not c then
+    c = {}
+    c[16], c[17] = {}, {}  -- the state it reads, the state it leaves
+    CHECKS[i], OUTCOMES[i] = c, {}
+  end
+  c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8] = KEYS[i], code, amount, period, burst, cost,
+                                                   code >= 4 and burst * period >= EXACT, false
+  c[9], c[10], c[11], c[12], c[13], c[14], c[15] = sub(arg, 19 + 8 * i, 26 + 8 * i), false,
+                                                   false, false, false, false, false
   checks[i] = c
-  if #arg > 40 then  -- a block: its key follows the checks' keys
+  if block then  -- its key follows the checks' keys
     blocks = blocks + 1
-    local reset, n = unpack_struct('<dd', arg, 41)
+    local reset, count = unpack_struct('<dd', arg, at)
     local durations = {}
-    for j = 1, n do durations[j] = unpack_struct('<d', arg, 57 + (j - 1) * 8) end
-    c[8] = {KEYS[#ARGV - 2 + blocks], reset, durations}
+    for j = 1, count do durations[j] = unpack_struct('<d', arg, at + 8 + 8 * j) end
+    at = at + 16 + 8 * count
+    c[8] = {KEYS[n + blocks], reset, durations}
   end
 end
 if blocks > 0 then block_cache = {} end
@@ -1055,7 +1095,7 @@ end
 -- The same state may be checked twice in one call: later checks see the earlier ones' new
 -- state, and the last one that counts writes it.
 local seen = #checks > 1 and {} or nil
-local outcomes = {}
+local outcomes = OUTCOMES
 local all_allowed = true
 for i, c in ipairs(checks) do
   local e = c
@@ -1075,12 +1115,16 @@ for i, c in ipairs(checks) do
     c[11], c[12], c[13], c[14] = state, state, found, home
   end
   c[10] = e
-  local outcome = (c[7] and DECIDE_BIG or DECIDE)[c[2]](e[11], now, c[3], c[4], c[5], c[6])
+  local outcome = outcomes[i]
+  outcome[1], outcome[2], outcome[3], outcome[4], outcome[5], outcome[6], outcome[7], outcome[8] =
+    (c[7] and DECIDE_BIG or DECIDE)[c[2]](e[11], now, c[3], c[4], c[5], c[6], c[17])
   if c[8] then
     local until_us = block_of(c[8][1])[1]
-    if until_us > now then outcome = blocked(c, e[11], now, until_us, outcome) end
+    if until_us > now then
+      outcome[1], outcome[2], outcome[3], outcome[4], outcome[5], outcome[6], outcome[7],
+        outcome[8] = blocked(c, e[11], now, until_us, outcome)
+    end
   end
-  outcomes[i] = outcome
   if outcome[1] then
     if outcome[6] ~= nil then
       e[11] = outcome[6]
@@ -1100,8 +1144,10 @@ else
   -- Nothing is counted (a peek, or a check refused the request): a check that would pass
   -- reports what is left now, as a cost of 0 does.
   for i, c in ipairs(checks) do
-    if outcomes[i][1] and c[6] ~= 0 then
-      outcomes[i] = (c[7] and DECIDE_BIG or DECIDE)[c[2]](c[10][12], now, c[3], c[4], c[5], 0)
+    local o = outcomes[i]
+    if o[1] and c[6] ~= 0 then
+      o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8] =
+        (c[7] and DECIDE_BIG or DECIDE)[c[2]](c[10][12], now, c[3], c[4], c[5], 0, c[17])
     end
   end
   if mode == HIT and blocks > 0 then start_blocks(checks, outcomes, now, margin_ms) end
@@ -1140,7 +1186,8 @@ if whole and #checks == 1 then
 end
 if whole then
   local n = #checks
-  local values = {now, allowed + 2}
+  local values = VALUES
+  values[1], values[2] = now, allowed + 2
   local at = 2
   for i = 1, n do
     local o = outcomes[i]
@@ -1153,7 +1200,7 @@ if whole then
     layout = '<dd' .. string.rep('i8', 7 * n)
     LAYOUTS[n] = layout
   end
-  local reply = pack(layout, unpack(values))
+  local reply = pack(layout, unpack(values, 1, at))
   if not states then return reply end
   local parts = {reply}
   for _, c in ipairs(checks) do
