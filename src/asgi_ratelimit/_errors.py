@@ -12,6 +12,11 @@ class ConfigurationError(ValueError):
     """
 
 
+class RulesError(ConfigurationError):
+    """A rule set is wrong as a whole (two rules with one name, a tier missing): the limiter
+    names the rules file it was read from, when there is one."""
+
+
 class BackendError(Exception):
     """The storage backend failed (timeout, connection refused, script error).
 

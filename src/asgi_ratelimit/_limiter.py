@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._decision import Decision, FailurePolicy, Mode, Policy, PolicyStatus
 from ._engine import Engine
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, RulesError
 from ._events import DecisionEvent, Observer, Observers, outcome_of
 from ._headers import HEADER_STYLES, Renderer, renderer_for
 from ._identity import Identity
@@ -159,18 +159,21 @@ class RateLimiter:
             stored_as = secret.tag
         #: live limits per identity, in every worker: ``await limiter.overrides.set(...)``
         self.overrides = Overrides(self.backend, stored_as=stored_as)
-        self.policy = RequestPolicy(
-            self.engine,
-            identify=identify,
-            rules=config.rules,
-            default_limits=config.default_limits,
-            default_tier=config.default_tier,
-            allow=config.allow,
-            deny=config.deny,
-            validate=validate,
-            overrides=self.overrides,
-            country=country,
-        )
+        try:
+            self.policy = RequestPolicy(
+                self.engine,
+                identify=identify,
+                rules=config.rules,
+                default_limits=config.default_limits,
+                default_tier=config.default_tier,
+                allow=config.allow,
+                deny=config.deny,
+                validate=validate,
+                overrides=self.overrides,
+                country=country,
+            )
+        except RulesError as exc:
+            raise self.rules_source.named(exc) from None
         self._poller: asyncio.Task[None] | None = None
         self.header_style: HeaderStyle = headers
         #: what the doors answer a refusal with (None: the limiter's 429); see `OnLimited`
@@ -247,7 +250,10 @@ class RateLimiter:
         keeps the old rules, logs one ERROR and raises `ConfigurationError`."""
         try:
             config = self.rules_source.read()
-            self.policy.replace_rules(*config)
+            try:
+                self.policy.replace_rules(*config)
+            except RulesError as exc:
+                raise self.rules_source.named(exc) from None
         except ConfigurationError as exc:
             logger.error("rules not reloaded, the old rules stay in force: %s", exc)
             raise

@@ -101,6 +101,13 @@ class RulesSource:
             code.deny + loaded.deny,
         )
 
+    def named(self, exc: ConfigurationError) -> ConfigurationError:
+        """``exc``, an error of the rule set as a whole, naming the rules file when the rules
+        come from one."""
+        if self.path is None or str(exc).startswith(str(self.path)):
+            return exc
+        return ConfigurationError(f"{self.path}: {exc}")
+
     def changed(self) -> bool:
         """Whether the file differs from the one last read (its time or size)."""
         return self.path is not None and self._stamp() != self.stamp

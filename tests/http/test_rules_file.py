@@ -450,6 +450,8 @@ _FUZZ = settings(
 @example({}, [{"path": "/a", "limits": "1/s", "block_for": 10**400}])
 @example({}, [{"path": "/a", "limits": "1/s", "block_for": 1, "block_reset": -(10**400)}])
 @example({}, [{"path": "/a", "concurrency": 1, "lease": 10**400}])
+# An error of the rule set as a whole (a tier missing) named no file.
+@example({"default_limits": {"premium": "5/minute"}}, [])
 def test_any_rules_file_builds_a_limiter_or_is_a_configuration_error(
     tmp_path: Path, settings: dict[str, Any], rules: list[dict[str, Any]]
 ) -> None:

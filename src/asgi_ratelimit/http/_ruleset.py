@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from .._decision import Policy
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, RulesError
 from .._rates import Limit, LimitsLike
 from .._shedding import PRIORITIES
 from ..backends._protocol import Block
@@ -92,7 +92,7 @@ class RuleSet:
         default_tier: str,
     ) -> None:
         if not isinstance(default_tier, str) or not default_tier:
-            raise ConfigurationError(
+            raise RulesError(
                 f"default_tier={default_tier!r}: must be a non-empty tier name such as 'free'"
             )
         self.default_tier = default_tier
@@ -102,7 +102,7 @@ class RuleSet:
         parsed: list[Rule] = []
         for rule in [rules] if isinstance(rules, Rule) else rules:
             if not isinstance(rule, Rule):
-                raise ConfigurationError(
+                raise RulesError(
                     f"rules: {rule!r} is not a Rule (write Rule('/path', limits='5/minute'))"
                 )
             parsed.append(rule)
@@ -114,18 +114,18 @@ class RuleSet:
             try:
                 self.default_rule = Rule("/{path:path}", limits=default_limits, name="default")
             except ConfigurationError as exc:
-                raise ConfigurationError(f"default_limits: {exc}") from None
+                raise RulesError(f"default_limits: {exc}") from None
         seen: set[str] = set()
         for rule in self.all_rules:
             if rule.name in seen:
-                raise ConfigurationError(
+                raise RulesError(
                     f"rules: two rules are named {rule.name!r} and would share one budget "
                     "(give each a distinct name=...; 'default' is taken by default_limits)"
                 )
             seen.add(rule.name)
             if None not in rule.tiers and default_tier not in rule.tiers:
                 what = "default_limits" if rule is self.default_rule else f"rule {rule.name!r}"
-                raise ConfigurationError(
+                raise RulesError(
                     f"{what} has no {default_tier!r} tier, which identities with no tier or an "
                     "unknown one get (add it, or set RateLimiter(default_tier=...))"
                 )
