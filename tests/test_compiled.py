@@ -59,7 +59,7 @@ def test_compiled_runs_every_module_of_the_request_path_compiled_or_none() -> No
 
 def _which_build(env: dict[str, str], path: Path = PACKAGE.parent) -> list[str]:
     code = (
-        "import asgi_ratelimit, asgi_ratelimit._engine as e, asgi_ratelimit.http._policy as p;"
+        "import asgi_ratelimit, asgi_ratelimit._decision as e, asgi_ratelimit.http._paths as p;"
         "print(asgi_ratelimit.COMPILED, e.__file__.endswith('.py'), p.__file__.endswith('.py'))"
     )
     env = {**os.environ, **env, "PYTHONPATH": str(path)}
@@ -86,5 +86,5 @@ def test_a_module_edited_since_the_build_runs_from_its_source(tmp_path: Path) ->
     # pip install -e . built the extensions; an edit to one .py must run, not the old build.
     copy = tmp_path / "asgi_ratelimit"
     shutil.copytree(PACKAGE, copy, copy_function=shutil.copy2)
-    (copy / "_engine.py").touch()  # edited now, after the build
+    (copy / "_decision.py").touch()  # edited now, after the build
     assert _which_build({NO_EXTENSIONS_VARIABLE: "0"}, tmp_path) == ["False", "True", "False"]
