@@ -88,3 +88,19 @@ def test_a_module_edited_since_the_build_runs_from_its_source(tmp_path: Path) ->
     shutil.copytree(PACKAGE, copy, copy_function=shutil.copy2)
     (copy / "_decision.py").touch()  # edited now, after the build
     assert _which_build({NO_EXTENSIONS_VARIABLE: "0"}, tmp_path) == ["False", "True", "False"]
+
+
+def test_an_extension_left_by_an_older_build_of_a_module_not_compiled_now_is_not_loaded(
+    tmp_path: Path,
+) -> None:
+    # An older build compiled more modules; pip install -e . leaves their extensions beside
+    # the source. COMPILED speaks for MODULES only, so only they may run compiled.
+    assert "asgi_ratelimit._engine" not in MODULES
+    copy = tmp_path / "asgi_ratelimit"
+    shutil.copytree(PACKAGE, copy, copy_function=shutil.copy2)
+    (copy / f"_engine{EXTENSION_SUFFIXES[0]}").write_bytes(b"")  # newer than _engine.py
+    code = "import asgi_ratelimit._engine as e; print(e.__file__ == e.__spec__.origin, e.__file__)"
+    env = {**os.environ, NO_EXTENSIONS_VARIABLE: "0", "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", str(copy / "_engine.py")]

@@ -77,7 +77,8 @@ _SAME_INSTALL = 1.0
 
 class _SourceFinder(MetaPathFinder):
     """Loads the package's modules from their ``.py`` files: always when asked to, else where a
-    ``.py`` file is newer than its compiled twin (edited since ``pip install -e .`` built it)."""
+    ``.py`` file is newer than its compiled twin (edited since ``pip install -e .`` built it)
+    and for every module not in `MODULES`."""
 
     def __init__(self, *, always: bool) -> None:
         self.always = always
@@ -91,7 +92,8 @@ class _SourceFinder(MetaPathFinder):
             source = FileFinder(entry, (SourceFileLoader, SOURCE_SUFFIXES)).find_spec(fullname)
             if source is None or source.origin is None:
                 continue
-            if self.always:
+            # (an extension of a module no longer in MODULES, left by an older build, is stale)
+            if self.always or fullname not in MODULES:
                 return source
             built = FileFinder(entry, (ExtensionFileLoader, EXTENSION_SUFFIXES)).find_spec(fullname)
             if built is not None and built.origin is not None:
