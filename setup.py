@@ -3,10 +3,11 @@
 The modules compiled are ``MODULES`` in src/asgi_ratelimit/_compiled.py (one list, which the
 package also reads to tell which build runs). Cython compiles them in pure-Python mode from the
 same ``.py`` files that run where no C compiler is present: the install never fails for want of
-one, it prints one line and installs the pure package. The build is opt-in,
-``ASGI_RATELIMIT_COMPILE=1``: untyped, the compiled path runs fewer instructions but takes
-more time than the pure one (docs/design/performance-notes.md). ``ASGI_RATELIMIT_NO_EXTENSIONS=1``
-skips the build (and at run time imports the ``.py`` files anyway).
+one, it prints one line and installs the pure package. A ``.pxd`` file beside a module gives
+its C types, which the pure build never reads. The build is opt-in, ``ASGI_RATELIMIT_COMPILE=1``:
+it is shown faster than the pure one in simulated cycles, not yet in served time
+(docs/design/performance-notes.md). ``ASGI_RATELIMIT_NO_EXTENSIONS=1`` skips the build (and at
+run time imports the ``.py`` files anyway).
 """
 
 from __future__ import annotations

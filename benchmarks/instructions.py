@@ -16,6 +16,11 @@ pure (``ASGI_RATELIMIT_NO_EXTENSIONS=1``). Each runs twice under
 warm-up, GC off and ``PYTHONHASHSEED=0``; the difference over the difference in requests is
 the cost of one request, start-up excluded. The Redis paths start a ``redis-server`` of their
 own and count the Python process only. Needs ``valgrind``.
+
+``--caches`` also simulates the L1 caches (``--cache-sim=yes``, slower) and prints their misses
+and an estimate of the cycles a request takes: instructions / 2 + 12 per L1i miss + 5 per L1d
+miss + 15 per mispredicted branch (docs/design/performance-notes.md says where the weights come
+from). It is the figure that tells builds apart where fewer instructions take more time.
 """
 
 from __future__ import annotations
@@ -67,19 +72,23 @@ async def _drive(backend: str, scenario: str, clients: int, n: int, url: str | N
     await built.aclose()
 
 
-def _counted(args: list[str], env: dict[str, str]) -> tuple[int, int]:
-    """Instructions and mispredicted branches of one child run."""
+#: what a child run reports, as cachegrind names it; the I1 and D1 misses with ``--caches``
+_COUNTS = ("I   refs", "Mispredicts", "I1  misses", "D1  misses")
+
+
+def _counted(args: list[str], env: dict[str, str], caches: bool) -> list[int]:
+    """Instructions and mispredicted branches of one child run, and its L1 misses if asked."""
     out = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--branch-sim=yes",
-         "--cachegrind-out-file=/dev/null", sys.executable, "-m", "benchmarks.instructions",
-         *args],
+        ["valgrind", "--tool=cachegrind", f"--cache-sim={'yes' if caches else 'no'}",
+         "--branch-sim=yes", "--cachegrind-out-file=/dev/null", sys.executable, "-m",
+         "benchmarks.instructions", *args],
         env=env, capture_output=True, text=True, check=True,
     ).stderr  # fmt: skip
     numbers = {
         name: int(value.replace(",", ""))
-        for name, value in re.findall(r"(I\s+refs|Mispredicts):\s+([\d,]+)", out)
+        for name, value in re.findall(r"(I\s+refs|Mispredicts|[ID]1\s+misses):\s+([\d,]+)", out)
     }
-    return numbers["I   refs"], numbers["Mispredicts"]
+    return [numbers[name] for name in _COUNTS[: 4 if caches else 2]]
 
 
 def _compiled_here(env: dict[str, str]) -> bool:
@@ -93,6 +102,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--only", choices=sorted(PATHS), action="append")
+    parser.add_argument(
+        "--caches",
+        action="store_true",
+        help="also simulate the L1 caches: their misses, and cycles estimated from all four",
+    )
     args = parser.parse_args()
     if args.child:  # one batch, inside valgrind
         backend, scenario, clients, n, url = args.child
@@ -113,17 +127,24 @@ def main() -> None:
             backend, scenario, clients, short, long = PATHS[name]
             url = server.url if backend == "redis" and server is not None else ""
             for build, build_env in builds.items():
-                runs = [
-                    _counted(["--child", backend, scenario, str(clients), str(n), url], build_env)
-                    for n in (short, long)
-                ]
-                requests = long - short
-                instructions = (runs[1][0] - runs[0][0]) / requests / 1000
-                mispredicts = (runs[1][1] - runs[0][1]) / requests
-                print(
-                    f"{name:22} {build:8} {instructions:7.1f}k instructions "
-                    f"{mispredicts:7,.0f} mispredicts"
+                child = ["--child", backend, scenario, str(clients)]
+                short_run, long_run = (
+                    _counted([*child, str(n), url], build_env, args.caches) for n in (short, long)
                 )
+                requests = long - short
+                per_request = [(b - a) / requests for a, b in zip(short_run, long_run, strict=True)]
+                line = (
+                    f"{name:22} {build:8} {per_request[0] / 1000:7.1f}k instructions "
+                    f"{per_request[1]:7,.0f} mispredicts"
+                )
+                if args.caches:
+                    instructions, mispredicts, i1_misses, d1_misses = per_request
+                    cycles = instructions / 2 + 12 * i1_misses + 5 * d1_misses + 15 * mispredicts
+                    line += (
+                        f" {i1_misses:7,.0f} I1 misses {d1_misses:7,.0f} D1 misses"
+                        f" {cycles / 1000:7.1f}k cycles (estimated)"
+                    )
+                print(line)
 
 
 if __name__ == "__main__":

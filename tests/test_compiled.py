@@ -59,7 +59,7 @@ def test_compiled_runs_every_module_of_the_request_path_compiled_or_none() -> No
 
 def _which_build(env: dict[str, str], path: Path = PACKAGE.parent) -> list[str]:
     code = (
-        "import asgi_ratelimit, asgi_ratelimit._engine as e, asgi_ratelimit.http._policy as p;"
+        "import asgi_ratelimit, asgi_ratelimit._decision as e, asgi_ratelimit.http._paths as p;"
         "print(asgi_ratelimit.COMPILED, e.__file__.endswith('.py'), p.__file__.endswith('.py'))"
     )
     env = {**os.environ, **env, "PYTHONPATH": str(path)}
@@ -86,5 +86,21 @@ def test_a_module_edited_since_the_build_runs_from_its_source(tmp_path: Path) ->
     # pip install -e . built the extensions; an edit to one .py must run, not the old build.
     copy = tmp_path / "asgi_ratelimit"
     shutil.copytree(PACKAGE, copy, copy_function=shutil.copy2)
-    (copy / "_engine.py").touch()  # edited now, after the build
+    (copy / "_decision.py").touch()  # edited now, after the build
     assert _which_build({NO_EXTENSIONS_VARIABLE: "0"}, tmp_path) == ["False", "True", "False"]
+
+
+def test_an_extension_left_by_an_older_build_of_a_module_not_compiled_now_is_not_loaded(
+    tmp_path: Path,
+) -> None:
+    # An older build compiled more modules; pip install -e . leaves their extensions beside
+    # the source. COMPILED speaks for MODULES only, so only they may run compiled.
+    assert "asgi_ratelimit._engine" not in MODULES
+    copy = tmp_path / "asgi_ratelimit"
+    shutil.copytree(PACKAGE, copy, copy_function=shutil.copy2)
+    (copy / f"_engine{EXTENSION_SUFFIXES[0]}").write_bytes(b"")  # newer than _engine.py
+    code = "import asgi_ratelimit._engine as e; print(e.__file__ == e.__spec__.origin, e.__file__)"
+    env = {**os.environ, NO_EXTENSIONS_VARIABLE: "0", "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", str(copy / "_engine.py")]

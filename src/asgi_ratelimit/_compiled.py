@@ -38,26 +38,20 @@ __all__ = [
 ]
 
 NO_EXTENSIONS_VARIABLE = "ASGI_RATELIMIT_NO_EXTENSIONS"
-#: Set to 1 at build time to compile (setup.py): until the path is typed, the compiled build
-#: runs fewer instructions but takes more time (docs/design/performance-notes.md).
+#: Set to 1 at build time to compile (setup.py): opt-in until the compiled build is shown
+#: faster in served time, not only in simulated cycles (docs/design/performance-notes.md).
 COMPILE_VARIABLE = "ASGI_RATELIMIT_COMPILE"
 
-#: The request path: the modules whose functions a request calls, from the middleware's call to
-#: the memory backend's answer and back, and the steps of every algorithm and the rule matching
-#: (docs/design/performance-notes.md measures them). Modules that only build things (rules
-#: files, validation, settings), serve features a request may not use (in-flight slots, settled
-#: costs), talk to Redis (its time goes to the network) or sit around the path (observers, CLI,
-#: client) stay interpreted: each compiled module costs seconds of every install. So does every
-#: package's ``__init__``.
+#: The modules of the request path that compute: the memory backend's table and records, every
+#: algorithm's step, the decision and the path matching. The glue between them (the middleware,
+#: the engine, the policy, the backend's `decide`, the headers) stays interpreted: compiled
+#: without C types, it ran fewer instructions but missed the instruction cache more than the
+#: interpreter's dispatch saved (docs/design/performance-notes.md measures both). So do modules
+#: that only build things (rules files, validation, settings), serve features a request may
+#: not use, talk to Redis or sit around the path (observers, CLI, client), and every package's
+#: ``__init__``.
 MODULES = (
-    # the facade and the door
-    "asgi_ratelimit._limiter",
-    "asgi_ratelimit._middleware",
-    # the engine: limits -> backend -> Decision
-    "asgi_ratelimit._engine",
     "asgi_ratelimit._decision",
-    "asgi_ratelimit._headers",
-    "asgi_ratelimit._clock",
     # the algorithms, each a pure step
     "asgi_ratelimit.algorithms.base",
     "asgi_ratelimit.algorithms.fixed_window",
@@ -66,22 +60,13 @@ MODULES = (
     "asgi_ratelimit.algorithms.sliding_window_counter",
     "asgi_ratelimit.algorithms.sliding_window_log",
     "asgi_ratelimit.algorithms.token_bucket",
-    # the memory backend
-    "asgi_ratelimit.backends._memory",
+    # the memory backend's state (_packed_table.pxd types its probes)
     "asgi_ratelimit.backends._memory_entries",
     "asgi_ratelimit.backends._packed_table",
     "asgi_ratelimit.backends._records",
-    # scope -> identity -> rules -> checks -> engine -> headers or the 429
-    "asgi_ratelimit.http._identity",
-    "asgi_ratelimit.http._messages",
-    "asgi_ratelimit.http._on_limited",
+    # the rule matching
     "asgi_ratelimit.http._path_pattern",
     "asgi_ratelimit.http._paths",
-    "asgi_ratelimit.http._policy",
-    "asgi_ratelimit.http._responses",
-    "asgi_ratelimit.http._rules",
-    "asgi_ratelimit.http._ruleset",
-    "asgi_ratelimit.http.identity._ip",
 )
 
 _PACKAGE = __name__.rpartition(".")[0]
@@ -92,7 +77,8 @@ _SAME_INSTALL = 1.0
 
 class _SourceFinder(MetaPathFinder):
     """Loads the package's modules from their ``.py`` files: always when asked to, else where a
-    ``.py`` file is newer than its compiled twin (edited since ``pip install -e .`` built it)."""
+    ``.py`` file is newer than its compiled twin (edited since ``pip install -e .`` built it)
+    and for every module not in `MODULES`."""
 
     def __init__(self, *, always: bool) -> None:
         self.always = always
@@ -106,7 +92,8 @@ class _SourceFinder(MetaPathFinder):
             source = FileFinder(entry, (SourceFileLoader, SOURCE_SUFFIXES)).find_spec(fullname)
             if source is None or source.origin is None:
                 continue
-            if self.always:
+            # (an extension of a module no longer in MODULES, left by an older build, is stale)
+            if self.always or fullname not in MODULES:
                 return source
             built = FileFinder(entry, (ExtensionFileLoader, EXTENSION_SUFFIXES)).find_spec(fullname)
             if built is not None and built.origin is not None:
