@@ -149,7 +149,10 @@ async def open_client(name: str, target: Target, budget: float = 0.5) -> Any:
         try:
             yield _reloading(redis_py("EVALSHA"), redis_py("EVAL"))
         finally:
-            await client.aclose()
+            # After a provoked stall its close can time out (seen: "Timed out closing
+            # connection after 0.05"): not a figure of the run, and it must not end the run.
+            with contextlib.suppress(Exception):
+                await client.aclose()
     elif name == "coredis":
         import coredis
 
