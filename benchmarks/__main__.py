@@ -205,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             print("memory per key", flush=True)
             n = 2000 if quick else 10_000
             rss_n = 200_000 if quick else 1_000_000  # the issue's target is at 1M keys
+            from .redis_memory import per_user
+
             results["memory"] = {
                 "n": n,
                 "ours_memory": our_memory_per_key(n),
@@ -212,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                 "ours_rss": our_rss_per_key(rss_n),
                 "apps_memory": asyncio.run(app_bytes_per_client(n)),
                 "ours_redis": asyncio.run(our_redis_per_key(server.url, min(n, 2000))),
+                # issue 26's measure: used_memory growth per user at 1M users (flushes Redis)
+                "redis_users": rss_n,
+                "ours_redis_per_user": asyncio.run(per_user(server.url, rss_n)),
                 "apps_redis": asyncio.run(redis_per_client(server.url, min(n, 2000))),
             }
         if "profile" in phases:

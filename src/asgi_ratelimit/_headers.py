@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADER_STYLES",
     "SF_INTEGER_MAX",
+    "TEXT_NAMES",
     "GitHubHeaderRenderer",
     "HeaderRenderer",
     "RawHeader",
@@ -69,8 +70,8 @@ POLICY = b"ratelimit-policy"
 STATE = b"ratelimit"
 USED = b"x-ratelimit-used"
 RESOURCE = b"x-ratelimit-resource"
-#: The headers we set, as the names HTTP/1.1 spells them, for `text_headers`.
-_TEXT_NAMES = {
+#: The headers we set, as the names HTTP/1.1 spells them (`text_headers`, the Envoy service).
+TEXT_NAMES = {
     RETRY_AFTER: "Retry-After",
     LIMIT: "X-RateLimit-Limit",
     REMAINING: "X-RateLimit-Remaining",
@@ -276,7 +277,7 @@ def text_headers(decision: Decision, style: HeaderStyle = "both") -> dict[str, s
     """A renderer's headers as a dict of text headers (``Decision.headers``): GitHub's
     ``X-RateLimit-Reset`` on the wall clock."""
     return {
-        _TEXT_NAMES[name]: value.decode("latin-1")
+        TEXT_NAMES[name]: value.decode("latin-1")
         for name, value in renderer_for(style).render(decision)
     }
 

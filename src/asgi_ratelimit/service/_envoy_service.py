@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._decision import Decision, Policy
 from .._engine import Engine
-from .._headers import _TEXT_NAMES
+from .._headers import TEXT_NAMES
 from .._rates import Limit
 from ..backends._protocol import Check
 from ._envoy_config import EnvoyConfig, EnvoyLimit
@@ -160,7 +160,7 @@ class EnvoyRateLimitService:
         )
         response.response_headers_to_add.extend(
             [
-                HeaderValue(key=_TEXT_NAMES[name], value=value.decode("latin-1"))
+                HeaderValue(key=TEXT_NAMES[name], value=value.decode("latin-1"))
                 for name, value in self._render(decision)
             ]
         )
