@@ -42,6 +42,7 @@ PHASES = (
     "matching",
     "redis-clients",
     "redis-scale",
+    "gateway",
 )
 
 
@@ -250,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print("redis scale-out: 4 client processes, one server and Clusters", flush=True)
         results["redis_scale"] = redis_scale(quick)
+    if "gateway" in phases:
+        from .gateway import gateway
+
+        print("gateway: nginx with and without the check, serve's decisions a second", flush=True)
+        results["gateway"] = gateway(rounds=1 if quick else 3, seconds=2 if quick else 3)
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
 
     print_tables(results)

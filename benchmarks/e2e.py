@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["end_to_end"]
+__all__ = ["end_to_end", "wrk"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,7 +59,9 @@ def _serve(target: str, port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError(f"uvicorn {target} did not start")
 
 
-def _wrk(port: int, seconds: int, connections: int) -> float:
+def wrk(url: str, seconds: int, connections: int, headers: tuple[str, ...] = ()) -> float:
+    """Requests per second ``wrk`` gets from ``url`` (one thread on the second core;
+    ``headers``: ``"Name: value"`` lines sent with every request); any non-2xx fails."""
     out = subprocess.run(
         [
             *_pin(1),
@@ -67,7 +69,8 @@ def _wrk(port: int, seconds: int, connections: int) -> float:
             "-t1",
             f"-c{connections}",
             f"-d{seconds}s",
-            f"http://127.0.0.1:{port}/ping",
+            *(arg for header in headers for arg in ("-H", header)),
+            url,
         ],
         capture_output=True,
         text=True,
@@ -120,14 +123,14 @@ def end_to_end(rounds: int, seconds: int, connections: int = 64) -> dict[str, ob
             servers[name] = (_serve(name, port := _free_port()), port)
         for _proc, port in servers.values():  # warm-up
             if tool == "wrk":
-                _wrk(port, 1, connections)
+                wrk(f"http://127.0.0.1:{port}/ping", 1, connections)
             else:
                 asyncio.run(_httpx_load(port, 1, 8))
         for r in range(rounds):
             for name in VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]:
                 port = servers[name][1]
                 if tool == "wrk":
-                    rps[name].append(_wrk(port, seconds, connections))
+                    rps[name].append(wrk(f"http://127.0.0.1:{port}/ping", seconds, connections))
                 else:
                     rps[name].append(asyncio.run(_httpx_load(port, seconds, 8)))
     finally:

@@ -245,6 +245,10 @@ def print_tables(results: dict[str, Any]) -> None:
         print()
         for line in _redis_scale_lines(results["redis_scale"]):
             print(line)
+    if "gateway" in results:
+        print()
+        for line in _gateway_lines(results["gateway"]):
+            print(line)
     print("\ntargets:")
     for target, measured, verdict in targets(results):
         print(f"  {verdict:12} {measured:>22}  {target}")
@@ -348,6 +352,8 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         lines += ["", *_redis_client_lines(results["redis_clients"])]
     if results.get("redis_scale"):
         lines += ["", *_redis_scale_lines(results["redis_scale"])]
+    if results.get("gateway"):
+        lines += ["", *_gateway_lines(results["gateway"])]
     profile = results.get("profile")
     if profile:
         lines += [
@@ -442,6 +448,28 @@ def _redis_scale_lines(data: dict[str, Any]) -> list[str]:
         "",
         *scale_table(data),
     ]
+
+
+def _gateway_lines(data: dict[str, Any]) -> list[str]:
+    lines = ["## The gateway: nginx, with and without the check (issue 27)", ""]
+    if "error" in data:
+        return [*lines, f"Not measured: {data['error']}."]
+    lines += [
+        "Debian's nginx (one worker process) serving a static page as",
+        "`examples/nginx/ratelimit.conf` has it, with `auth_request` off and with each request",
+        "checked by `asgi-ratelimit serve` (one worker) on the memory backend or on Redis; and",
+        "the check straight to the service (decisions a second of one worker). Every request",
+        f"admitted; `wrk`, {data['connections']} connections, medians of {data['rounds']} rounds",
+        f"of {data['seconds']} s. `benchmarks/gateway.py`.",
+        "",
+        "| what | requests a second | against nginx alone |",
+        "|---|---:|---:|",
+    ]
+    bare = data["rps"]["nginx"]
+    lines += [
+        f"| {name} | {value:,.0f} | {value / bare:.2f}x |" for name, value in data["rps"].items()
+    ]
+    return lines
 
 
 def _matching_lines(rows: dict[str, Any]) -> list[str]:

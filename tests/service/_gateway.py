@@ -1,5 +1,6 @@
 """A real nginx (its own config in a tmp dir, not a service) and a real ``asgi-ratelimit
-serve`` process, for tests/service: started on free ports, ready when they answer."""
+serve`` process, for tests/service and benchmarks/gateway.py: started on free ports, ready
+when they answer."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
-import pytest
 
 __all__ = ["NGINX_CONF", "free_port", "nginx", "require_nginx", "serve"]
 
@@ -29,6 +29,8 @@ def require_nginx() -> str:
     """nginx's path; skip (locally) or fail (CI=true) without it."""
     if NGINX:
         return NGINX
+    import pytest  # here: benchmarks/gateway.py starts these processes without pytest
+
     reason = "nginx not found: install Debian's nginx-light to run the gateway tests"
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and {reason}", pytrace=False)
