@@ -184,6 +184,9 @@ class DashboardEndpoint:
 
     async def data(self) -> dict[str, Any]:
         """The page's JSON now: this process's counts, or every worker's (Redis)."""
+        # The decisions of this turn of the loop first: observers hear them at its next turn,
+        # and a server that never yielded in between (an in-process client) would hide them.
+        self.limiter.observers.flush()
         now = self.traffic.clock()
         counts: Counts
         if self.shared is None:

@@ -26,7 +26,7 @@ from .._events import DecisionEvent
 
 __all__ = ["NO_POLICY", "OTHER_POLICY", "Near", "Traffic"]
 
-#: The policy name counted for decisions that name none (the deny list's).
+#: The policy name counted for refusals that name none (the deny list's).
 NO_POLICY = "-"
 #: Where counts go once a second holds `_MAX_SERIES` series: a bound on what a flood of
 #: policy names could cost (direct use names a policy after each limit's text).
@@ -70,6 +70,8 @@ class Traffic:
         self._current: dict[tuple[str, str], int] = {}
 
     def __call__(self, event: DecisionEvent) -> None:
+        if event.policy is None and event.outcome == "allowed":
+            return  # nothing limited the request (an exempt path, no rule): not a decision
         now = self.clock()
         second = int(now)
         if second != self._second:
