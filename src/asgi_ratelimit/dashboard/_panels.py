@@ -20,9 +20,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._identity import Identity
+from .._identity import Identity, hashed
 from .._overrides import Overrides
-from ..observers._log import hashed
 from ._traffic import Traffic
 
 __all__ = ["OUTCOMES", "Counts", "Panels", "label", "page_data", "panels_of"]
