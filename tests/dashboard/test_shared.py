@@ -94,3 +94,28 @@ async def test_what_redis_holds_is_read_as_hostile(
     counts, panels = await one.read(clock())
     assert counts == {1_800_000_000: {("login", "allowed"): 1}}
     assert panels == [{"nearest": [], "blocks": []}]  # this worker's own, only
+
+
+async def test_a_settled_second_is_read_once(
+    workers: tuple[FakeClock, list[SharedTraffic]],
+) -> None:
+    clock, (one, two) = workers
+    one.traffic(admitted())
+    await one.flush()
+    clock.advance(5)  # that second has settled: every worker has sent it
+    two.traffic(admitted())
+    await two.flush()
+    assert await one.read(clock()) == (
+        {1_800_000_000: {("login", "allowed"): 1}, 1_800_000_005: {("login", "allowed"): 1}},
+        [{"nearest": [], "blocks": []}, {"nearest": [], "blocks": []}],
+    )
+    # Written later, by hand: the settled second is not read again, the recent one is.
+    for second in (1_800_000_000, 1_800_000_005):
+        await one.store.command(
+            one.key, "HINCRBY", f"{one.key}:s:{second}", "login\x1fallowed", "7"
+        )
+    counts, _ = await one.read(clock())
+    assert counts == {
+        1_800_000_000: {("login", "allowed"): 1},
+        1_800_000_005: {("login", "allowed"): 8},
+    }

@@ -5,7 +5,8 @@ what it counted since its last flush in one script call (`_FLUSH`): ``HINCRBY`` 
 small hash a second, ``prefix{dashboard}:s:<second>`` (fields ``policy \\x1f outcome``),
 which expires once out of the page's window; and its nearest and refused identities
 (hashed) as one field of ``prefix{dashboard}:workers``. The page reads the window's hashes
-and the workers' panels in one call too (`_READ`). All keys share the ``{dashboard}`` hash
+and the workers' panels in one call too (`_READ`): the whole window once, then only the
+seconds not yet settled. All keys share the ``{dashboard}`` hash
 tag: one Redis Cluster node holds them.
 
 The cost is per worker and per page, never per request: two small writes a second per
@@ -34,6 +35,10 @@ __all__ = ["FLUSH_EVERY", "SharedTraffic"]
 FLUSH_EVERY = 0.5
 #: A worker's panels older than this (a worker that stopped) are not shown
 _WORKER_GONE = 5
+#: Seconds after which a second's counts are complete in Redis (every worker flushed them,
+#: twice a second): a page reads it once more, then keeps it. Counts a worker could only send
+#: later (Redis was down) reach the pages opened after.
+_SETTLED = 5
 _SEPARATOR = "\x1f"
 
 #: KEYS[1] - the workers' panels: a hash of worker id -> "<unix second>|<panels JSON>"
@@ -84,6 +89,8 @@ class SharedTraffic:
         self._sent: dict[int, dict[tuple[str, str], int]] = {}
         #: the first second that may hold counts not sent yet
         self._unsent_from = 0
+        #: second -> every worker's counts of it, read once it settled (the page's window)
+        self._settled: dict[int, dict[tuple[str, str], int]] = {}
         self._task: asyncio.Task[None] | None = None
         self._log = LogOnce()
 
@@ -123,17 +130,32 @@ class SharedTraffic:
         self._unsent_from = int(now)
 
     async def read(self, now: float) -> tuple[Counts, list[Panels]]:
-        """Every worker's counts of the window ending at ``now``, and their panels. What Redis
-        holds is read as hostile: what is not what `flush` writes is skipped."""
+        """Every worker's counts of the window ending at ``now``, and their panels. A second
+        `_SETTLED` seconds old is read once and kept (every worker has sent it by then): a
+        poll reads the last few seconds only. What Redis holds is read as hostile: what is
+        not what `flush` writes is skipped."""
         last = int(now)
-        seconds = range(last - self.traffic.seconds + 1, last + 1)
-        keys = [self.key + ":workers", *map(self._second_key, seconds)]
+        first = last - self.traffic.seconds + 1
+        settled = self._settled
+        for old in [old for old in settled if old < first]:
+            del settled[old]
+        wanted = [
+            second
+            for second in range(first, last + 1)
+            if second > last - _SETTLED or second not in settled
+        ]
+        keys = [self.key + ":workers", *map(self._second_key, wanted)]
         reply = await self.store.command(self.key, "EVAL", _READ, str(len(keys)), *keys)
         if not isinstance(reply, list) or len(reply) != len(keys):
             return {}, []
-        hashes = zip(seconds, reply[1:], strict=True)
-        counts = {second: _counts(flat) for second, flat in hashes if flat}
-        return counts, _panels(reply[0], last - _WORKER_GONE)
+        found = {second: counts for second, counts in settled.items() if counts}
+        for second, flat in zip(wanted, reply[1:], strict=True):
+            counts = _counts(flat)
+            if second <= last - _SETTLED:
+                settled[second] = counts
+            if counts:
+                found[second] = counts
+        return dict(sorted(found.items())), _panels(reply[0], last - _WORKER_GONE)
 
     # -- in the background ----------------------------------------------------------------------
 
