@@ -156,14 +156,8 @@ class DashboardEndpoint:
         if self.challenge is None:
             await _send_json(send, 403, {"error": "forbidden"})
             return
-        body = b'{"error":"unauthorized"}'
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", b"%d" % len(body)),
-            (b"www-authenticate", self.challenge.encode("latin-1")),
-            *_HEADERS,
-        ]
-        await send_response(send, 401, headers, body)
+        challenge = [(b"www-authenticate", self.challenge.encode("latin-1"))]
+        await _send(send, 401, b"application/json", b'{"error":"unauthorized"}', challenge)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -274,9 +268,15 @@ def _static(name: str) -> bytes:
     return resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
 
 
-async def _send(send: Send, status: int, content_type: bytes, body: bytes) -> None:
+async def _send(
+    send: Send,
+    status: int,
+    content_type: bytes,
+    body: bytes,
+    more: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body)), *_HEADERS]
-    await send_response(send, status, headers, body)
+    await send_response(send, status, headers + (more or []), body)
 
 
 async def _send_json(send: Send, status: int, data: Any) -> None:
