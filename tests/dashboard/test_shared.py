@@ -30,12 +30,14 @@ def admitted() -> DecisionEvent:
     return DecisionEvent("allowed", "login", Identity("ip:9"), "POST", "/login", decision, 0, "R")
 
 
-@pytest.fixture
+@pytest.fixture(params=["redis", "cluster"])
 async def workers(
-    redis_url: str, prefix: str
+    request: pytest.FixtureRequest, prefix: str
 ) -> AsyncIterator[tuple[FakeClock, list[SharedTraffic]]]:
+    # On a Cluster too: every key of the page shares the {dashboard} hash tag.
+    url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
     clock = FakeClock(ALIGNED)
-    backends = [RedisBackend.from_url(redis_url, prefix=prefix) for _ in range(2)]
+    backends = [RedisBackend.from_url(url, prefix=prefix) for _ in range(2)]
     shared = []
     for backend in backends:
         await backend.__aenter__()
