@@ -166,12 +166,20 @@ async def build_ours(scenario: str, backend: str, url: str | None) -> Built:
     return await _ours(scenario, backend, url, "both")
 
 
+async def build_ours_dashboard(scenario: str, backend: str, url: str | None) -> Built:
+    """Ours with the operator's page mounted: its observer hears every decision (and, on
+    Redis, flushes its counts twice a second in the background)."""
+    return await _ours(scenario, backend, url, "both", dashboard=True)
+
+
 async def build_ours_no_headers(scenario: str, backend: str, url: str | None) -> Built:
     # The peers send no rate-limit headers by default: this row compares like with like.
     return await _ours(scenario, backend, url, "none")
 
 
-async def _ours(scenario: str, backend: str, url: str | None, headers: str) -> Built:
+async def _ours(
+    scenario: str, backend: str, url: str | None, headers: str, dashboard: bool = False
+) -> Built:
     try:
         from asgi_ratelimit import RateLimiter
         from asgi_ratelimit._middleware import RateLimitMiddleware
@@ -186,8 +194,12 @@ async def _ours(scenario: str, backend: str, url: str | None, headers: str) -> B
         headers=headers,
     )
     app = starlette_app()
+    closers = [store.aclose]
+    if dashboard:
+        limiter.dashboard_endpoint(authorize=lambda request: False)
+        closers.append(limiter.stop)  # closed in reverse: its flushes stop before the store
     app.add_middleware(RateLimitMiddleware, limiter=limiter)
-    return Built(app=app, closers=[store.aclose], marks_headers=headers != "none")
+    return Built(app=app, closers=closers, marks_headers=headers != "none")
 
 
 async def build_ours_route_limit(scenario: str, backend: str, url: str | None) -> Built:

@@ -37,19 +37,22 @@ import sys
 
 from asgi_ratelimit._compiled import NO_EXTENSIONS_VARIABLE
 
-from .contenders import build_ours, build_ours_route_limit
+from .contenders import build_ours, build_ours_dashboard, build_ours_route_limit
 from .driver import client_ips, run_batch
 from .redis_server import RedisServer
 
 __all__ = ["main"]
 
 #: name -> (backend, scenario, clients, short batch, long batch); a scenario ending in
-#: ``+route`` limits the route with ``Depends(limiter.limit(...))`` instead of a rule
+#: ``+route`` limits the route with ``Depends(limiter.limit(...))`` instead of a rule, one
+#: ending in ``+page`` mounts the operator's page (its observer hears every decision)
 PATHS = {
     "memory, many clients": ("memory", "one", 20_000, 2_000, 6_000),
     "memory, route limit": ("memory", "one+route", 20_000, 1_000, 3_000),
     "memory, one client": ("memory", "one", 1, 2_000, 6_000),
+    "memory, with the page": ("memory", "one+page", 20_000, 2_000, 6_000),
     "redis, one limit": ("redis", "one", 20_000, 500, 1_500),
+    "redis, with the page": ("redis", "one+page", 20_000, 500, 1_500),
     "redis, three limits": ("redis", "three", 20_000, 500, 1_500),
 }
 _WARM_UP = 200
@@ -63,6 +66,8 @@ async def _drive(backend: str, scenario: str, clients: int, n: int, url: str | N
             await admin.flushdb()
     if scenario.endswith("+route"):
         built = await build_ours_route_limit(scenario.removesuffix("+route"), backend, url)
+    elif scenario.endswith("+page"):
+        built = await build_ours_dashboard(scenario.removesuffix("+page"), backend, url)
     else:
         built = await build_ours(scenario, backend, url)
     ips = client_ips(clients, start=1)

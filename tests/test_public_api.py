@@ -63,6 +63,7 @@ LAYERS = [
         "asgi_ratelimit._limiter",
         "asgi_ratelimit._middleware",
         "asgi_ratelimit.integrations",
+        "asgi_ratelimit.dashboard",
         "asgi_ratelimit.settings",
     ),
     ("asgi_ratelimit",),

@@ -102,6 +102,12 @@ class Observers:
     def __bool__(self) -> bool:
         return bool(self.observers)
 
+    def add(self, observer: Observer) -> None:
+        """Add one more observer (while the app is set up)."""
+        if not callable(observer):
+            raise ConfigurationError(f"observer {observer!r} is not callable")
+        self.observers = (*self.observers, observer)
+
     def emit(self, event: DecisionEvent) -> None:
         """Queue ``event``; the observers hear it once the current request step is done."""
         self._queue.append(event)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
-__all__ = ["Identity"]
+__all__ = ["Identity", "hashed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,3 +21,13 @@ class Identity:
     key: str
     tier: str | None = None
     source: str = "custom"
+
+
+def hashed(identity: Identity | None) -> str | None:
+    """``ip:3fa2c1e9b07d``: the identity's kind and the first 12 hex digits of its sha256, as
+    logs and the operator's page name it (never a raw key, token or address)."""
+    if identity is None:
+        return None
+    kind = identity.key.partition(":")[0] if ":" in identity.key else identity.source
+    digest = hashlib.sha256(identity.key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{kind}:{digest}"

@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._decision import Decision, FailurePolicy, Mode, Policy, PolicyStatus
 from ._engine import Engine
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from ._decision import HeaderStyle
+    from .dashboard._endpoint import Authorize, DashboardEndpoint
     from .integrations._fastapi import RateLimitDependency
     from .integrations._route_doors import RouteDoors
     from .integrations._starlette import Endpoint
@@ -57,6 +58,14 @@ logger = logging.getLogger("asgi_ratelimit")
 
 #: how many direct-use limit specs a limiter keeps parsed (an app uses a handful)
 _DIRECT_LIMITS_CACHED = 256
+
+
+class BackgroundWork(Protocol):
+    """Work that runs beside the requests while the limiter runs (`RateLimiter.start`)."""
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class RateLimiter:
@@ -145,6 +154,8 @@ class RateLimiter:
         self.monitors: list[LoadMonitor] = [] if load is None else [load]
         if shed is not None:
             self.monitors.append(shed.monitor)
+        #: other work started and stopped with the limiter (the operator's page's flushes)
+        self.background: list[BackgroundWork] = []
         self.backend: Backend = backend if backend is not None else MemoryBackend()
         #: the rules from code, and from ``rules_file`` (read again by `reload_rules`)
         self.rules_source = RulesSource(
@@ -267,6 +278,8 @@ class RateLimiter:
         self.overrides.start()
         for monitor in self.monitors:
             monitor.start()
+        for work in self.background:
+            work.start()
         if self._poller is not None or not self.rules_source.every:
             return
         try:
@@ -280,6 +293,8 @@ class RateLimiter:
         await self.overrides.stop()
         for monitor in self.monitors:
             await monitor.stop()
+        for work in self.background:
+            await work.stop()
         poller, self._poller = self._poller, None
         if poller is not None:
             poller.cancel()
@@ -292,6 +307,17 @@ class RateLimiter:
             if self.rules_source.changed():
                 with contextlib.suppress(ConfigurationError):  # logged; the old rules stay
                     self.reload_rules()
+
+    def observe(self, observer: Observer) -> None:
+        """Add an observer, while the app is set up (the operator's page adds its own)."""
+        self.observers.add(observer)
+        self._observed = True
+
+    def run_in_background(self, work: BackgroundWork) -> None:
+        """Start ``work`` with the limiter (`start`: the lifespan, or the first request) and
+        stop it with it."""
+        self.background.append(work)
+        self._starting = True
 
     def _report(self, scope: Scope, checked: Checked, latency: float) -> None:
         method = scope.get("method") or "GET"  # a websocket handshake is a GET
@@ -488,6 +514,30 @@ class RateLimiter:
         from .integrations._usage import UsageEndpoint
 
         return UsageEndpoint(self, path)
+
+    def dashboard_endpoint(
+        self,
+        path: str = "/_ratelimit",
+        *,
+        authorize: Authorize | None = None,
+        seconds: int = 120,
+    ) -> DashboardEndpoint:
+        """The operator's page, an ASGI endpoint: decisions a second per policy, the
+        identities nearest their limits, active blocks and live overrides, and forms to reset
+        an identity or set an override. ``authorize(request) -> bool`` is required:
+
+            app.add_route("/_ratelimit", limiter.dashboard_endpoint(authorize=is_admin))
+
+        Never limited: no rule applies to ``path``, where you serve it. On Redis it shows
+        every worker's decisions (see `asgi_ratelimit.dashboard`)."""
+        from .dashboard._endpoint import DashboardEndpoint
+
+        return DashboardEndpoint(self, path, authorize=authorize, seconds=seconds)
+
+    def policy_names(self) -> set[str]:
+        """The names an override may name: every rule's and named route limit's."""
+        names = {rule.name for rule in self.policy.rules.all_rules}
+        return names | set(self.named_limits)
 
     def document(self, app: FastAPI) -> None:
         """Add the 429 and the rate-limit headers to the OpenAPI schema of limited routes."""

@@ -14,7 +14,8 @@ _register()
 runner = CliRunner()
 VARIABLES = ("RATELIMIT_RULES_FILE", "RATELIMIT_STORAGE_URL", "RATELIMIT_TRUSTED_PROXIES",
              "RATELIMIT_SERVE_PROXY", "RATELIMIT_SERVE_LIMITER", "RATELIMIT_SERVE_ENVOY_CONFIG",
-             "RATELIMIT_SERVE_GRPC_PORT", "RATELIMIT_SERVE_GRPC_HOST")  # fmt: skip
+             "RATELIMIT_SERVE_GRPC_PORT", "RATELIMIT_SERVE_GRPC_HOST",
+             "RATELIMIT_SERVE_DASHBOARD_TOKEN")  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -59,3 +60,13 @@ def test_a_set_up_that_cannot_work_is_one_line(arguments: list[str], message: st
     assert result.exit_code == 2, result.output
     assert result.output.startswith(message), result.output
     assert result.output.count("\n") == 1
+
+
+def test_a_short_dashboard_token_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RATELIMIT_SERVE_DASHBOARD_TOKEN", "secret")
+    result = runner.invoke(app, ["serve", "--trusted-proxies", "127.0.0.1"])
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        "error: RATELIMIT_SERVE_DASHBOARD_TOKEN: give at least 16 printable characters, e.g. "
+        "python -c 'import secrets; print(secrets.token_urlsafe(32))'\n"
+    )

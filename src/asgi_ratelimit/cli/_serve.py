@@ -5,7 +5,9 @@
 
 Options become ``RATELIMIT_*`` variables (which may set them instead), checked here once,
 then every uvicorn worker builds the same app from them
-(`forward_auth_from_environment`).
+(`forward_auth_from_environment`). ``RATELIMIT_SERVE_DASHBOARD_TOKEN`` (an environment
+variable only: a command line is visible to every user of the host) opens the operator's
+page at ``/_ratelimit`` to whoever sends it; without it there is no page.
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ def serve(
     workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 1,
 ) -> None:
     """Answer forward-auth checks (nginx auth_request, Traefik, Caddy, Envoy) at /check,
-    and with --envoy-config and --grpc-port Envoy's rate-limit API over gRPC."""
+    and with --envoy-config and --grpc-port Envoy's rate-limit API over gRPC. With
+    RATELIMIT_SERVE_DASHBOARD_TOKEN set, the operator's page at /_ratelimit, for that token."""
     if limiter and (rules is not None or storage is not None):
         fail("--limiter brings its own rules and storage: give either it or --rules/--storage", 2)
     given = {

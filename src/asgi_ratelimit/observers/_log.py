@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
 from collections.abc import Callable
 
 from .._events import DecisionEvent
-from .._identity import Identity
+from .._identity import hashed
 
 __all__ = ["REFUSALS", "LogDecisions", "hashed"]
 
@@ -82,12 +81,3 @@ class LogDecisions:
         self.logger.log(
             self.level, "rate limit %s: %s", event.outcome, text, extra={"ratelimit": fields}
         )
-
-
-def hashed(identity: Identity | None) -> str | None:
-    """``ip:3fa2c1e9b07d``: the identity's kind and the first 12 hex digits of its sha256."""
-    if identity is None:
-        return None
-    kind = identity.key.partition(":")[0] if ":" in identity.key else identity.source
-    digest = hashlib.sha256(identity.key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return f"{kind}:{digest}"

@@ -10,6 +10,9 @@ this factory, so every worker builds the same limiter:
   and counts exactly as the app does;
 - ``RATELIMIT_SERVE_PROXY``: whose headers name the original request (``nginx``,
   ``forwarded`` or ``envoy``; see `original_request`);
+- ``RATELIMIT_SERVE_DASHBOARD_TOKEN``: the operator's page at ``/_ratelimit``, for whoever
+  knows this token (`TokenAuthorization`: HTTP Basic with it as the password, or
+  ``Authorization: Bearer``); without it the service serves no page (no anonymous access);
 - ``RATELIMIT_SERVE_ENVOY_CONFIG`` and ``RATELIMIT_SERVE_GRPC_PORT``: Envoy's rate-limit API
   over gRPC on that port, from the configuration files of Envoy's own service
   (`load_envoy_config`), on the same backend (the ``grpc`` extra).
@@ -19,14 +22,19 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from .._errors import ConfigurationError
 from .._limiter import RateLimiter
 from ._forward_auth import ForwardAuth
 from ._original_request import PROXIES, Proxy
 
+if TYPE_CHECKING:
+    from ..dashboard._endpoint import DashboardEndpoint
+
 __all__ = [
+    "DASHBOARD_PATH",
+    "DASHBOARD_TOKEN_VARIABLE",
     "ENVOY_CONFIG_VARIABLE",
     "GRPC_PORT_VARIABLE",
     "LIMITER_VARIABLE",
@@ -39,6 +47,9 @@ PROXY_VARIABLE = "RATELIMIT_SERVE_PROXY"
 ENVOY_CONFIG_VARIABLE = "RATELIMIT_SERVE_ENVOY_CONFIG"
 GRPC_PORT_VARIABLE = "RATELIMIT_SERVE_GRPC_PORT"
 GRPC_HOST_VARIABLE = "RATELIMIT_SERVE_GRPC_HOST"
+DASHBOARD_TOKEN_VARIABLE = "RATELIMIT_SERVE_DASHBOARD_TOKEN"
+#: Where the service serves the operator's page (beside /check and /health)
+DASHBOARD_PATH = "/_ratelimit"
 
 
 def forward_auth_from_environment() -> ForwardAuth:
@@ -58,8 +69,9 @@ def forward_auth_from_environment() -> ForwardAuth:
             f"{ENVOY_CONFIG_VARIABLE}={config_path!r}, {GRPC_PORT_VARIABLE}={port!r}: Envoy's "
             "rate-limit API needs both (serve --envoy-config FILE --grpc-port PORT)"
         )
+    dashboard = _dashboard(limiter)
     if not config_path or not port:
-        return ForwardAuth(limiter, proxy=cast(Proxy, proxy))
+        return ForwardAuth(limiter, proxy=cast(Proxy, proxy), dashboard=dashboard)
     if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigurationError(f"{GRPC_PORT_VARIABLE}={port!r}: give a port, 1 to 65535")
     from ._envoy_config import load_envoy_config
@@ -68,7 +80,21 @@ def forward_auth_from_environment() -> ForwardAuth:
     envoy = EnvoyRateLimitService(limiter, load_envoy_config(config_path))
     host = os.environ.get(GRPC_HOST_VARIABLE, "127.0.0.1")
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return ForwardAuth(limiter, proxy=cast(Proxy, proxy), envoy=envoy, grpc_address=address)
+    return ForwardAuth(
+        limiter, proxy=cast(Proxy, proxy), envoy=envoy, grpc_address=address, dashboard=dashboard
+    )
+
+
+def _dashboard(limiter: RateLimiter) -> DashboardEndpoint | None:
+    """The operator's page, when a token opens it (none: no page at all)."""
+    token = os.environ.get(DASHBOARD_TOKEN_VARIABLE)
+    if not token:
+        return None
+    from ..dashboard._endpoint import DashboardEndpoint
+    from ..dashboard._token import CHALLENGE, TokenAuthorization
+
+    authorize = TokenAuthorization(token, name=DASHBOARD_TOKEN_VARIABLE)
+    return DashboardEndpoint(limiter, DASHBOARD_PATH, authorize=authorize, challenge=CHALLENGE)
 
 
 def _imported(target: str) -> RateLimiter:

@@ -23,6 +23,9 @@ limiter's sources read them. The service never sees the response: an in-flight s
 (``concurrency``) is given back at once, and ``count_when``/``settle`` count every
 admitted request.
 
+With ``dashboard=`` (a `DashboardEndpoint`) it also serves the operator's page at its path,
+behind the page's own authorization.
+
 With ``envoy=`` (an `EnvoyRateLimitService`) the app also serves Envoy's rate-limit API over
 gRPC on ``grpc_address`` for its lifespan, on the same limiter's backend.
 """
@@ -42,6 +45,7 @@ from ..http._responses import PROBLEM_JSON, Responses, forbidden, send_response
 from ._original_request import CHECK_PATH, PROXIES, Proxy, Unreadable, original_request
 
 if TYPE_CHECKING:
+    from ..dashboard._endpoint import DashboardEndpoint
     from ._envoy_service import EnvoyRateLimitService
 
 __all__ = ["ForwardAuth"]
@@ -71,6 +75,7 @@ class ForwardAuth:
         proxy: Proxy = "nginx",
         envoy: EnvoyRateLimitService | None = None,
         grpc_address: str = "127.0.0.1:8081",
+        dashboard: DashboardEndpoint | None = None,
     ) -> None:
         if proxy not in PROXIES:
             raise ConfigurationError(
@@ -87,6 +92,7 @@ class ForwardAuth:
         self.proxy: Proxy = proxy
         self.envoy = envoy
         self.grpc_address = grpc_address
+        self.dashboard = dashboard
         self._grpc_server: Any = None
         self._responses = Responses(limiter.renderer)
         self._render = limiter.renderer.render
@@ -104,6 +110,8 @@ class ForwardAuth:
             await self._check(scope, send)
         elif path == "/health":  # for the proxy's and the orchestrator's probes: uncounted
             await send_response(send, 200, _text(_OK), _OK)
+        elif self.dashboard is not None and path == self.dashboard.path:
+            await self.dashboard(scope, receive, send)
         else:
             body = b"not found: checks go to /check\n"
             await send_response(send, 404, _text(body), body)
