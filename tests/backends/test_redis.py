@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.connection import SSLConnection
 from redis.crc import key_slot
 
 from asgi_ratelimit import Decision
@@ -99,13 +100,26 @@ async def test_from_url_understands_every_scheme(redis_cluster_url: str) -> None
     assert repr(tls) == "RedisBackend(standalone localhost:6380, prefix='rl:')"
     assert "secret" not in repr(tls._target)
     server = tls._target.servers[0]
-    assert (server.tls is not None, server.username, server.db) == (True, "u", 2)
+    assert (server.kind, server.options["username"], server.db) == (SSLConnection, "u", 2)
     sentinel = RedisBackend.from_url("redis+sentinel://s1:26379,[::1]:26380/mymaster/1")
     assert repr(sentinel) == "RedisBackend(sentinel s1:26379,::1:26380/mymaster, prefix='rl:')"
     assert sentinel._target.master is not None and sentinel._target.master.db == 1
     async with RedisBackend.from_url(redis_cluster_url) as cluster:
         assert cluster._topology.cluster and len(cluster._topology.nodes) == 3
         assert (await cluster.hit([Check("k", Limit("1/minute"))]))[0].allowed
+
+
+async def test_a_redis_cluster_client_lends_its_settings(
+    redis_cluster_url: str, prefix: str
+) -> None:
+    seed = redis_cluster_url.removeprefix("redis+cluster://").split(",")[0]
+    host, _, port = seed.rpartition(":")
+    client = aioredis.RedisCluster(host=host, port=int(port))
+    async with RedisBackend(client, prefix=prefix) as backend:
+        assert backend._topology.cluster and len(backend._topology.nodes) == 3
+        checks = [Check("k", Limit("2/minute"))]
+        assert [(await backend.hit(checks))[0].allowed for _ in range(3)] == [True, True, False]
+    await client.aclose()
 
 
 async def test_unix_socket(tmp_path: Path, prefix: str) -> None:

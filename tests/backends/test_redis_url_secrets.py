@@ -72,7 +72,7 @@ def test_any_scheme_case_works_and_the_repr_shows_no_password(url: str) -> None:
     backend = RedisBackend.from_url(url)
     assert PASSWORD not in repr(backend)
     assert PASSWORD not in repr(RateLimiter(backend=backend))
-    assert backend._target.master is None or backend._target.master.password == PASSWORD
+    assert backend._target.master is None or backend._target.master.options["password"] == PASSWORD
 
 
 SCHEMES = st.sampled_from(["redis", "REDIS", "rediss", "unix", "redis+cluster", "Redis+Sentinel"])

@@ -43,8 +43,7 @@ from ._node import Node
 from ._resp import pack
 from ._script import Mode, decode
 from ._script_caller import ScriptCaller
-from ._server import ServerSettings
-from ._target import Target
+from ._target import Server, Target
 from ._topology import Cluster, SentinelMaster, Topology
 
 __all__ = ["RedisBackend"]
@@ -182,12 +181,11 @@ class RedisBackend:
         key_pattern = _glob_escape(prefix) + "*"
 
         def make_node(
-            server: ServerSettings,
-            locate: Callable[[], Awaitable[ServerSettings]] | None = None,
+            server: Server,
+            locate: Callable[[], Awaitable[Server]] | None = None,
         ) -> Node:
-            acl = acl_rules(
-                key_pattern, target.kind, db=server.db, client_name=bool(server.client_name)
-            )
+            named = bool(server.options.get("client_name"))
+            acl = acl_rules(key_pattern, target.kind, db=server.db, client_name=named)
             return Node(
                 server, budget=self.timeout, health=self.health, probe=self._probe,
                 threshold=failure_threshold, cooldown=float(cooldown), locate=locate, acl=acl,

@@ -13,6 +13,9 @@ of ours that the loop has not yet handed to the kernel, mean the delay is ours, 
 budget starts again. Only a server that stops answering (stalled, partitioned, gone) trips
 it, within the budget.
 
+redis-py opens the socket and logs in (TLS, ``HELLO``/``AUTH``, a credential provider,
+``SELECT``, ``CLIENT SETNAME``); then this protocol takes over its transport.
+
     connection = await open_connection(server, budget=0.5)
     reply = await connection.send(pack(("PING",)))   # b"PONG", a ReplyError, or raises
 """
@@ -25,10 +28,10 @@ from collections import deque
 from typing import Any
 
 import hiredis
+from redis.exceptions import RedisError, ResponseError
 
 from ..._errors import ConfigurationError
-from ._resp import pack
-from ._server import ServerSettings
+from ._target import Server
 
 __all__ = [
     "Connection",
@@ -69,6 +72,9 @@ class Connection(asyncio.Protocol):
         # Loop time since which the server owes us a reply and has sent nothing.
         self._quiet_since = 0.0
         self._watch: asyncio.TimerHandle | None = None
+        #: the stream writer redis-py logged in with: kept while we use its transport (a
+        #: writer collected while its transport is open closes it, since Python 3.11.5)
+        self.stream_writer: asyncio.StreamWriter | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; both write alike.
@@ -175,41 +181,49 @@ def _socket_ready(fd: int) -> tuple[bool, bool]:
     return bool(readable), bool(writable)
 
 
-async def open_connection(server: ServerSettings, *, budget: float) -> Connection:
-    """A connection to ``server``, authenticated, on its database, answering PING.
+_PING = b"*1\r\n$4\r\nPING\r\n"
+
+
+async def open_connection(server: Server, *, budget: float) -> Connection:
+    """A connection to ``server``, logged in by redis-py, on its database, answering PING.
 
     Raises `ConnectionLost` when the server cannot be reached within its connect timeout,
-    and `ReplyError` when it refuses the handshake (credentials, database, permissions).
+    and `ReplyError` when it refuses the login (credentials, database, permissions).
     """
-    loop = running_loop()
+    login = server.login()
     try:
-        return await asyncio.wait_for(_handshake(loop, server, budget), server.connect_timeout)
-    except (OSError, asyncio.TimeoutError) as exc:
-        reason = str(exc) or type(exc).__name__
+        return await asyncio.wait_for(_take_over(login, budget), server.connect_timeout)
+    except (OSError, RedisError, ReplyError, asyncio.TimeoutError) as exc:
+        code = getattr(exc, "status_code", None)  # an error reply; redis-py cut the code off
+        if code or isinstance(exc, (ResponseError, ReplyError)):
+            raise ReplyError(f"{code} {exc}" if code else str(exc)) from None
+        # The socket's own words where redis-py wrapped them (what the CLI and the docs show).
+        cause = exc.__context__ if isinstance(exc, RedisError) else None
+        why = cause if isinstance(cause, OSError) else exc
+        reason = str(why) or type(why).__name__
         raise ConnectionLost(f"cannot connect to {server.where}: {reason}") from exc
+    finally:
+        if login._writer is not None:  # the login failed or was cut short: close its socket
+            login._writer.transport.abort()
+            login._writer = login._reader = None
 
 
-async def _handshake(
-    loop: asyncio.AbstractEventLoop, server: ServerSettings, budget: float
-) -> Connection:
-    if server.path is not None:
-        _, connection = await loop.create_unix_connection(lambda: Connection(budget), server.path)
-    else:
-        context = server.tls() if server.tls is not None else None
-        _, connection = await loop.create_connection(
-            lambda: Connection(budget),
-            server.host,
-            server.port,
-            ssl=context,
-            server_hostname=server.host if context is not None else None,
-        )
+async def _take_over(login: Any, budget: float) -> Connection:
+    await login.connect()
+    # The transport becomes ours; redis-py's connection forgets it (or it would close it).
+    # Nothing is left unread in redis-py's buffers: it read the reply to every command it
+    # sent, and a RESP2 server sends nothing unasked.
+    writer: asyncio.StreamWriter = login._writer
+    login._writer = login._reader = None
+    connection = Connection(budget)
+    connection.stream_writer = writer
+    writer.transport.set_protocol(connection)
+    connection.connection_made(writer.transport)
     try:
-        # PING last: it surfaces NOAUTH (a password is required) and LOADING now.
-        commands = [*await server.setup_commands(), ("PING",)]
-        futures = [connection.send(pack(c)) for c in commands]
-        for reply in await asyncio.gather(*futures):
-            if isinstance(reply, ReplyError):
-                raise reply
+        # PING: it surfaces NOAUTH (a password is required) and LOADING now.
+        reply = await connection.send(_PING)
+        if isinstance(reply, ReplyError):
+            raise reply
     except BaseException:
         connection.close()
         raise

@@ -8,7 +8,7 @@
 An outage lasts while any of the backend's servers is failing, and only a real reply from that
 server ends its part (see `Node`): answers the backend gives locally (the deny cache) never
 do. A problem no retry cures (credentials, permissions, a database index) is a configuration
-error: it gets an ERROR of its own that says what to fix, once per problem.
+error: it gets an ERROR of its own that says what to fix (`fix_for`), once per problem.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-__all__ = ["Health"]
+__all__ = ["Health", "fix_for"]
 
 logger = logging.getLogger("asgi_ratelimit")
 
@@ -64,3 +64,37 @@ class Health:
             logger.warning(
                 "%s: Redis at %s answers again; limits are enforced again", self._owner(), server
             )
+
+
+def fix_for(error: str, db: int, acl: str) -> str | None:
+    """What to change when the error reply ``error`` is a configuration problem no retry
+    cures (credentials, a database index, permissions), else None."""
+    message = error.upper()
+    if (
+        message.startswith("WRONGPASS")
+        or "INVALID PASSWORD" in message
+        or "INVALID USERNAME-PASSWORD" in message  # redis-py without the reply's code
+        or "WITHOUT ANY PASSWORD CONFIGURED" in message
+    ):
+        return (
+            "Redis refused the credentials: fix the username and password "
+            "(redis://user:password@host, or password=...)"
+        )
+    if message.startswith("NOAUTH"):
+        return (
+            "Redis requires a password and got none: give it in the URL "
+            "(redis://user:password@host, or password=...)"
+        )
+    if "DB INDEX" in message or "NOT ALLOWED IN CLUSTER MODE" in message:
+        return (
+            f"Redis has no database {db}: use an index the server has (its "
+            "'databases' setting; Redis Cluster has only 0)"
+        )
+    # A command sent (NOPERM ...), or one the script ran ("ERR The user executing the
+    # script can't run this command or subcommand", "... can't access ... the keys ...").
+    if "NOPERM" in message or "USER EXECUTING THE SCRIPT CAN'T" in message:
+        return (
+            "the Redis user may not run every command the rate limiter sends, on the keys "
+            f"of its prefix: grant them with ACL SETUSER <user> {acl}"
+        )
+    return None

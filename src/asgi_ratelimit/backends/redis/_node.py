@@ -28,8 +28,8 @@ from ._connection import (
     open_connection,
     running_loop,
 )
-from ._health import Health
-from ._server import ServerSettings
+from ._health import Health, fix_for
+from ._target import Server
 
 __all__ = ["Node"]
 
@@ -42,7 +42,7 @@ _UNAVAILABLE = (
 _MISCONFIGURED_PROBE_INTERVAL = 5.0
 
 Probe = Callable[["Node"], Awaitable[None]]
-Locate = Callable[[], Awaitable[ServerSettings]]
+Locate = Callable[[], Awaitable[Server]]
 
 
 class Node:
@@ -50,7 +50,7 @@ class Node:
 
     def __init__(
         self,
-        server: ServerSettings,
+        server: Server,
         *,
         budget: float,
         health: Health,
@@ -164,7 +164,7 @@ class Node:
     def fix(self, error: ReplyError) -> str | None:
         """What to change when ``error`` is a configuration problem no retry cures
         (credentials, a database index, permissions), else None."""
-        return _fix_for(error, self.server, self.acl)
+        return fix_for(str(error), self.server.db, self.acl)
 
     def _keep_probing(self) -> None:
         """Make sure a probe runs on this event loop while the breaker is open."""
@@ -235,34 +235,3 @@ def _retrieve(task: asyncio.Task[Connection]) -> None:
     # A connect that every caller gave up on must not log "exception never retrieved".
     if not task.cancelled():
         task.exception()
-
-
-def _fix_for(error: ReplyError, server: ServerSettings, acl: str) -> str | None:
-    message = str(error).upper()
-    if (
-        message.startswith("WRONGPASS")
-        or "INVALID PASSWORD" in message
-        or "WITHOUT ANY PASSWORD CONFIGURED" in message
-    ):
-        return (
-            "Redis refused the credentials: fix the username and password "
-            "(redis://user:password@host, or password=...)"
-        )
-    if message.startswith("NOAUTH"):
-        return (
-            "Redis requires a password and got none: give it in the URL "
-            "(redis://user:password@host, or password=...)"
-        )
-    if "DB INDEX" in message or "NOT ALLOWED IN CLUSTER MODE" in message:
-        return (
-            f"Redis has no database {server.db}: use an index the server has (its "
-            "'databases' setting; Redis Cluster has only 0)"
-        )
-    # A command sent (NOPERM ...), or one the script ran ("ERR The user executing the
-    # script can't run this command or subcommand", "... can't access ... the keys ...").
-    if "NOPERM" in message or "USER EXECUTING THE SCRIPT CAN'T" in message:
-        return (
-            "the Redis user may not run every command the rate limiter sends, on the keys "
-            f"of its prefix: grant them with ACL SETUSER <user> {acl}"
-        )
-    return None

@@ -5,28 +5,38 @@
     Target.from_url("redis+sentinel://sentinel1:26379,sentinel2:26379/mymaster/0")
     Target.from_client(redis.asyncio.Redis(...))      # or RedisCluster, or Sentinel.master_for
 
-The credentials, database, TLS and query options of a URL apply to the data servers (the one
-server, the Cluster's nodes, the Sentinel's master); sentinels take their own from
-``sentinel_username=`` and ``sentinel_password=``.
+A `Server` is redis-py's connection class and options: redis-py reads the URL and, at each
+connect, logs in (TLS, ``AUTH``, a credential provider, ``SELECT``, ``CLIENT SETNAME``; see
+`open_connection`). The URL's credentials, database, TLS and query options apply to the data
+servers (the one server, the Cluster's nodes, the Sentinel's master); sentinels take their own
+from ``sentinel_username=`` and ``sentinel_password=``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
-from redis.asyncio.connection import Connection, SSLConnection, parse_url
+from redis.asyncio.connection import (
+    AbstractConnection,
+    Connection,
+    SSLConnection,
+    UnixDomainSocketConnection,
+    parse_url,
+)
 from redis.asyncio.sentinel import SentinelConnectionPool
 
 from ..._errors import ConfigurationError
 from ..._masked_url import masked_url
-from ._server import DEFAULT_CONNECT_TIMEOUT, ServerSettings
 
-__all__ = ["Target"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "Server", "Target"]
 
+#: Seconds to connect and log in before a server counts as unreachable.
+DEFAULT_CONNECT_TIMEOUT = 1.0
 Kind = Literal["standalone", "cluster", "sentinel"]
 _SCHEMES: dict[str, tuple[Kind, str]] = {
     "redis": ("standalone", "redis"),
@@ -37,6 +47,73 @@ _SCHEMES: dict[str, tuple[Kind, str]] = {
     "redis+sentinel": ("sentinel", "redis"),
     "rediss+sentinel": ("sentinel", "rediss"),
 }
+#: The options of redis-py's connections that say where a server is and how to log in; the
+#: others stay at redis-py's defaults: no retries (a call is never sent twice: the breaker
+#: retries) and no health checks (the breaker's probe is one), whatever a client passed says.
+_LOGIN = ("host", "port", "path", "db", "username", "password", "credential_provider",
+          "client_name")  # fmt: skip
+#: RESP2 (what our reader and callers parse; redis-py 8 would say HELLO 3), and no ``CLIENT
+#: SETINFO`` (a command beyond the ACL the backend documents).
+_OURS: dict[str, Any] = {"protocol": 2, "driver_info": None}
+if "driver_info" not in inspect.signature(AbstractConnection.__init__).parameters:
+    _OURS = {"protocol": 2, "lib_name": None, "lib_version": None}  # pragma: no cover
+
+
+@dataclasses.dataclass(frozen=True)
+class Server:
+    """One server: redis-py's connection class and its options (where, and how to log in)."""
+
+    kind: type[AbstractConnection]
+    options: Mapping[str, Any] = dataclasses.field(repr=False)  # holds the password
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], kind: type | None = None) -> Server:
+        """The server of redis-py connection options (``parse_url``'s, or a client pool's)."""
+        kind = kind or options.get("connection_class") or Connection
+        if kind not in (Connection, SSLConnection, UnixDomainSocketConnection):
+            raise ConfigurationError(
+                f"RedisBackend: connection class {kind.__name__} is not supported (use a "
+                "redis://, rediss:// or unix:// URL, or a client built from one)"
+            )
+        options = {
+            k: v for k, v in options.items() if k in _LOGIN or k.startswith(("ssl_", "socket_"))
+        }
+        options["socket_connect_timeout"] = float(
+            options.get("socket_connect_timeout") or DEFAULT_CONNECT_TIMEOUT
+        )
+        server = cls(kind, {**options, **_OURS})
+        server.login()  # redis-py checks the options (TLS, database...) now, not at connect
+        return server
+
+    @property
+    def host(self) -> str:
+        return str(self.options.get("host") or "localhost")
+
+    @property
+    def port(self) -> int:
+        return int(self.options.get("port") or 6379)
+
+    @property
+    def db(self) -> int:
+        return int(self.options.get("db") or 0)
+
+    @property
+    def where(self) -> str:
+        if self.kind is UnixDomainSocketConnection:
+            return str(self.options.get("path"))
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connect_timeout(self) -> float:
+        return float(self.options["socket_connect_timeout"])
+
+    def at(self, host: str, port: int) -> Server:
+        """The same login at another address (a Cluster node, the master a sentinel names)."""
+        return Server(self.kind, {**self.options, "host": host, "port": port})
+
+    def login(self) -> AbstractConnection:
+        """A redis-py connection to this server, not yet connected."""
+        return self.kind(**self.options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +122,9 @@ class Target:
     the sentinels; ``master`` is the login of a Sentinel's master."""
 
     kind: Kind
-    servers: tuple[ServerSettings, ...]
+    servers: tuple[Server, ...]
     service: str | None = None
-    master: ServerSettings | None = None
+    master: Server | None = None
 
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None) -> Target:
@@ -73,9 +150,12 @@ class Target:
                 f"{shown}: '@' after the host: percent-encode the password's special "
                 "characters (%40 for @, %2F for /, %3F for ?, %23 for #, %3A for :)"
             )
-        options.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+        sentinel_login = {
+            "username": options.pop("sentinel_username", None),
+            "password": options.pop("sentinel_password", None),
+        }
         if kind == "standalone":
-            return cls(kind, (_settings(url, options, shown),))
+            return cls(kind, (_server(url, options, shown),))
         userinfo, _, hostlist = parts.netloc.rpartition("@")
         hosts = [h.strip() for h in hostlist.split(",") if h.strip()]
         if not hosts:
@@ -91,14 +171,13 @@ class Target:
             path = "/" + path
         first = urlunsplit((base, f"{userinfo}@{hosts[0]}" if userinfo else hosts[0], path,
                             parts.query, ""))  # fmt: skip
-        data = _settings(first, options, shown)
+        data = _server(first, options, shown)
         if kind == "cluster":
             return cls(kind, tuple(data.at(*_host_port(h, 6379, shown)) for h in hosts))
-        sentinel = ServerSettings(
-            username=options.get("sentinel_username"),
-            password=options.get("sentinel_password"),
-            connect_timeout=data.connect_timeout,
-            tls=data.tls,
+        sentinel = Server.of(
+            {k: v for k, v in data.options.items() if k.startswith(("ssl", "socket_"))}
+            | sentinel_login,
+            data.kind,
         )
         sentinels = tuple(sentinel.at(*_host_port(h, 26379, shown)) for h in hosts)
         return cls(kind, sentinels, service, data)
@@ -107,29 +186,24 @@ class Target:
     def from_client(cls, client: aioredis.Redis | aioredis.RedisCluster) -> Target:
         if isinstance(client, aioredis.RedisCluster):
             manager = client.nodes_manager
-            settings = ServerSettings.from_kwargs(manager.connection_kwargs)
-            seeds = tuple(settings.at(n.host, int(n.port)) for n in manager.startup_nodes.values())
+            server = Server.of(manager.connection_kwargs)
+            seeds = tuple(server.at(n.host, int(n.port)) for n in manager.startup_nodes.values())
             return cls("cluster", seeds)
         pool = client.connection_pool
         if isinstance(pool, SentinelConnectionPool):
             ssl = any(k.startswith("ssl") for k in pool.connection_kwargs)
-            master = ServerSettings.from_kwargs(
-                pool.connection_kwargs, SSLConnection if ssl else Connection
-            )
+            master = Server.of(pool.connection_kwargs, SSLConnection if ssl else Connection)
             sentinels = tuple(
-                ServerSettings.from_kwargs(s.connection_pool.connection_kwargs)
+                Server.of(s.connection_pool.connection_kwargs, s.connection_pool.connection_class)
                 for s in pool.sentinel_manager.sentinels
             )
             return cls("sentinel", sentinels, pool.service_name, master)
-        return cls(
-            "standalone",
-            (ServerSettings.from_kwargs(pool.connection_kwargs, pool.connection_class),),
-        )
+        return cls("standalone", (Server.of(pool.connection_kwargs, pool.connection_class),))
 
 
-def _settings(url: str, options: Mapping[str, Any], shown: str) -> ServerSettings:
+def _server(url: str, options: Mapping[str, Any], shown: str) -> Server:
     try:
-        return ServerSettings.from_kwargs({**parse_url(url), **options})
+        return Server.of({**parse_url(url), **options})
     except ConfigurationError:
         raise
     except (TypeError, ValueError) as exc:  # a bad port, an option TLS does not take...

@@ -17,17 +17,20 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
 from ..._errors import BackendError, ConfigurationError
-from ._connection import ConnectionLost, ReplyError, open_connection
+from ._connection import ConnectionLost, ReplyError
 from ._node import Node
 from ._resp import pack
-from ._server import ServerSettings
+from ._target import Server
 
 __all__ = ["Cluster", "SentinelMaster", "Standalone", "Topology"]
 
 Send = Callable[[bytes], Awaitable[Any]]
 #: Builds the node of a server (with where it is now, for a Sentinel's master).
-MakeNode = Callable[[ServerSettings, "Callable[[], Awaitable[ServerSettings]] | None"], Node]
+MakeNode = Callable[[Server, "Callable[[], Awaitable[Server]] | None"], Node]
 SLOTS = 16384
 #: Redirections one call may follow (a slot moves at most once or twice during a resharding).
 _MAX_REDIRECTS = 5
@@ -75,9 +78,9 @@ class SentinelMaster(Topology):
 
     def __init__(
         self,
-        sentinels: Sequence[ServerSettings],
+        sentinels: Sequence[Server],
         service: str,
-        master: ServerSettings,
+        master: Server,
         make_node: MakeNode,
     ) -> None:
         if not sentinels:
@@ -87,27 +90,24 @@ class SentinelMaster(Topology):
         self.master = master
         super().__init__(make_node(master, self.locate))
 
-    async def locate(self) -> ServerSettings:
-        """The current master's address, from the first sentinel that knows it."""
+    async def locate(self) -> Server:
+        """The current master's address, from the first sentinel that knows it (asked by
+        redis-py with ``SENTINEL GET-MASTER-ADDR-BY-NAME``: the documented sentinel ACL)."""
         problems = []
         for sentinel in self.sentinels:
+            pool = aioredis.ConnectionPool(connection_class=sentinel.kind, **sentinel.options)
+            ask = aioredis.Redis(connection_pool=pool).sentinel_get_master_addr_by_name
             try:
-                connection = await open_connection(sentinel, budget=sentinel.connect_timeout)
-            except (ConnectionLost, ReplyError) as exc:
-                problems.append(f"{sentinel.where}: {exc}")
-                continue
-            try:
-                reply = await connection.send(
-                    pack(("SENTINEL", "get-master-addr-by-name", self.service))
-                )
-            except ConnectionLost as exc:
-                problems.append(f"{sentinel.where}: {exc}")
+                found = await asyncio.wait_for(ask(self.service), sentinel.connect_timeout)
+            except (RedisError, OSError, asyncio.TimeoutError) as exc:
+                problems.append(f"{sentinel.where}: {exc or type(exc).__name__}")
                 continue
             finally:
-                connection.close()
-            if isinstance(reply, list) and len(reply) == 2:
-                return self.master.at(reply[0].decode(), int(reply[1]))
-            problems.append(f"{sentinel.where}: no master named {self.service!r} ({reply!r})")
+                await pool.disconnect()
+            if isinstance(found, tuple):  # (host, port); None when it knows no such service
+                host, port = found
+                return self.master.at(host.decode() if isinstance(host, bytes) else host, port)
+            problems.append(f"{sentinel.where}: no master named {self.service!r}")
         raise ConnectionLost("no sentinel named the master: " + "; ".join(problems))
 
     async def check(self, node: Node) -> None:
@@ -122,7 +122,7 @@ class Cluster(Topology):
 
     cluster = True
 
-    def __init__(self, seeds: Sequence[ServerSettings], make_node: MakeNode) -> None:
+    def __init__(self, seeds: Sequence[Server], make_node: MakeNode) -> None:
         if not seeds:
             raise ConfigurationError("RedisBackend: a cluster needs at least one node address")
         self._seeds = tuple(seeds)
@@ -135,7 +135,7 @@ class Cluster(Topology):
     def nodes(self) -> Sequence[Node]:
         return tuple(self._nodes.values())
 
-    def node_at(self, server: ServerSettings) -> Node:
+    def node_at(self, server: Server) -> Node:
         node = self._nodes.get(server.where)
         if node is None:
             node = self._nodes[server.where] = self._make_node(server, None)
