@@ -15,14 +15,15 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import asgi_ratelimit
+from asgi_ratelimit import COMPILED
 
+from .build_process import BuildProcess, contender_of
 from .contenders import CONTENDERS, Built, Unavailable
 from .driver import client_ips, drive, expect_status, timed_batch
-from .pure_build import PURE, PureBuild, contender_of
 from .redis_server import RedisServer
 from .report import machine, print_tables, readme_summary, write_chart, write_markdown
 
@@ -43,11 +44,12 @@ PHASES = (
 
 
 async def _build_all(
-    scenario: str, backend: str, url: str | None, notes: dict[str, str]
+    scenario: str, backend: str, url: str | None, notes: dict[str, str], leave: tuple[str, ...]
 ) -> list[tuple[str, Built]]:
+    """The contenders of one table, but those of the kinds to ``leave`` out."""
     built: list[tuple[str, Built]] = []
     for contender in CONTENDERS:
-        if backend not in contender.backends:
+        if backend not in contender.backends or contender.kind in leave:
             continue
         try:
             built.append((contender.name, await contender.build(scenario, backend, url)))
@@ -60,10 +62,10 @@ async def inproc(
     url: str,
     rounds: int,
     per_batch: dict[str, int],
-    pure: PureBuild | None = None,
+    builds: Sequence[BuildProcess] = (),
 ) -> dict[str, Any]:
-    """Every (backend, scenario) table: medians over interleaved rounds. With ``pure``, our
-    rows again on the pure build, timed in the same rotation ("... (pure)")."""
+    """Every (backend, scenario) table: medians over interleaved rounds. With ``builds``, our
+    rows run in them, one child per build, in the same rotation ("... (pure)" and so on)."""
     import redis.asyncio
 
     tables: dict[str, Any] = {}
@@ -73,13 +75,14 @@ async def inproc(
     for backend in ("memory", "redis"):
         for scenario in ("one", "three", "denied"):
             await admin.flushdb()
-            built = await _build_all(scenario, backend, url, notes)
+            ours = ("bare", "ours", "engine")
+            built = await _build_all(scenario, backend, url, notes, ours[1:] if builds else ())
             if scenario == "denied":
                 ips = client_ips(64, start=5_000_000)
             else:
                 ips = client_ips(20_000, start=1)
-            if pure is not None:
-                built += pure.build(scenario, backend, url, ips, ("bare", "ours", "engine"), notes)
+            for build in builds:
+                built += build.build(scenario, backend, url, ips, ours, notes)
             if scenario == "denied":
                 for name, b in built:  # the first request of each identity uses the limit up
                     if contender_of(name).kind in ("ours", "peer", "engine"):
@@ -104,28 +107,31 @@ async def inproc(
                 }
                 for m in measured
             ]
-            tables[key] = _over_own_bare(rows)
+            for build in builds:
+                rows = _over_own_bare(rows, build.suffix)
+            tables[key] = rows
             print(f"  {key}: {len(built)} rows in {time.monotonic() - t0:.1f} s", flush=True)
     await admin.flushdb()
     await admin.aclose()
     return {"tables": tables, "unavailable": notes, "problems": problems}
 
 
-def _over_own_bare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The pure build's rows moved by the difference between the two processes' bare apps,
-    so that their overhead is over their own bare app; its bare rows then go.
-
-    The report takes each row's overhead over the (compiled) process's bare app.
-    """
-    bare = {r["baseline"]: r["median_us"] for r in rows if r["kind"] == "bare"}
+def _over_own_bare(rows: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
+    """A child's rows (named with ``suffix``) moved by the difference between the parent's
+    bare apps and the child's, so that their overhead is over their own bare app; the child's
+    bare rows then go (the report takes each row's overhead over the parent's bare app)."""
+    plain = {c.name for c in CONTENDERS}  # the parent's rows
+    bare = {
+        r["baseline"]: r["median_us"] for r in rows if r["kind"] == "bare" and r["name"] in plain
+    }
     own_bare = {
         r["baseline"]: r["median_us"]
         for r in rows
-        if r["kind"] == "bare" and r["name"].endswith(PURE)
+        if r["kind"] == "bare" and r["name"].endswith(suffix)
     }
     out = []
     for row in rows:
-        if not row["name"].endswith(PURE):
+        if not row["name"].endswith(suffix):
             out.append(row)
         elif row["kind"] != "bare":
             shift = bare.get(row["baseline"], 0.0) - own_bare.get(row["baseline"], 0.0)
@@ -173,15 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     with RedisServer() as server:
         if "inproc" in phases:
             print("in-process overhead", flush=True)
-            # Compiled here: our rows run on the pure build too, in a child taking turns.
-            pure = PureBuild() if asgi_ratelimit.COMPILED else None
-            if pure is None:
+            # Compiled here: our rows run on each build, one child each, taking turns.
+            builds = [BuildProcess(pure=pure) for pure in (False, True)] if COMPILED else []
+            if not builds:
                 print("  the package is not compiled here: pure rows only", flush=True)
             try:
-                results["inproc"] = asyncio.run(inproc(server.url, rounds, per_batch, pure))
+                results["inproc"] = asyncio.run(inproc(server.url, rounds, per_batch, builds))
             finally:
-                if pure is not None:
-                    pure.close()
+                for build in builds:
+                    build.close()
         if "breakdown" in phases:
             from .breakdown import breakdown
 

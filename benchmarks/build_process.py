@@ -1,15 +1,19 @@
-"""Our rows on the pure build, timed in a child process that takes turns with the parent's rows.
+"""Our rows on each build, timed in child processes that take turns with the parent's rows.
 
-A process runs one build (the variable is read at import), so the pure build's rows need a
-process of their own. They used to be measured after the compiled ones, in a second run of
-the whole phase; on this VM, whose speed changes by up to 1.6x from one minute to the next
-(the bare app's rounds in one run went from 14.4 to 8.6 us and back), the two builds then met
-different machines, and the compiled build showed 20.6 us of overhead against 11.5 us pure
-where, timed in turns, it costs less than pure (docs/design/performance-notes.md). Here the
-child builds the same rows and runs a batch only when the parent's `drive` asks it to, in
-the same rotation as the parent's rows: both builds are timed in the same seconds.
+A process runs one build (the variable is read at import), so each build's rows need a
+process of their own: one child per build builds our rows and its own bare app, and runs a
+batch only when the parent's `drive` asks it to, in the same rotation as the parent's rows
+(the peers, the bare apps, the Redis floor). Both builds are timed in the same seconds and
+beside the same neighbours: neither shares its process with the peers' objects and tasks.
 
-The child times each batch itself (the pipe's round trip is not the request's) and collects
+They used to be measured one after the other: the compiled rows in the parent with the peers,
+then the pure rows in a second run of the whole phase, minutes later. This VM's speed changes
+by up to 1.6x from one minute to the next (the bare app's rounds in one run went from 14.4 to
+8.6 us and back), so the two builds met different machines, and the compiled build showed
+20.6 us of overhead against 11.5 us pure where, timed in turns, it costs less than pure
+(docs/design/performance-notes.md, "Why the compiled build looked slower").
+
+A child times each batch itself (the pipe's round trip is not the request's) and collects
 garbage once per round, as `drive` does in the parent: before the first batch of each new
 offset.
 """
@@ -32,28 +36,30 @@ from asgi_ratelimit._compiled import NO_EXTENSIONS_VARIABLE
 from .contenders import CONTENDERS, Built, Contender, Unavailable
 from .driver import run_batch
 
-__all__ = ["PURE", "PureBuild", "contender_of"]
+__all__ = ["BuildProcess", "contender_of"]
 
-#: The suffix of a row timed on the pure build.
-PURE = " (pure)"
+#: The suffix of a row timed in a child, by build.
+SUFFIXES = {False: " (compiled)", True: " (pure)"}
 
 
 def contender_of(name: str) -> Contender:
-    """The contender a row is of, a pure-build row included."""
-    base = name.removesuffix(PURE)
-    return next(c for c in CONTENDERS if c.name == base)
+    """The contender a row is of, a child's row included."""
+    for suffix in SUFFIXES.values():
+        name = name.removesuffix(suffix)
+    return next(c for c in CONTENDERS if c.name == name)
 
 
-class PureBuild:
-    """The child process, on the pure build; `build` gives `Built`s whose batches it runs."""
+class BuildProcess:
+    """A child process on one build; `build` gives `Built`s whose batches it runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, pure: bool) -> None:
+        self.suffix = SUFFIXES[pure]
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.pure_build"],
+            [sys.executable, "-m", "benchmarks.build_process"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, NO_EXTENSIONS_VARIABLE: "1"},
+            env={**os.environ, NO_EXTENSIONS_VARIABLE: "1" if pure else "0"},
         )
 
     def _ask(self, request: dict[str, Any]) -> Any:
@@ -62,7 +68,7 @@ class PureBuild:
         self._process.stdin.flush()
         answer = self._process.stdout.readline()
         if not answer:
-            raise RuntimeError(f"the pure build's process ended ({self._process.wait()})")
+            raise RuntimeError(f"the{self.suffix} build's process ended ({self._process.wait()})")
         return json.loads(answer)
 
     def build(
@@ -74,13 +80,13 @@ class PureBuild:
         kinds: tuple[str, ...],
         notes: dict[str, str],
     ) -> list[tuple[str, Built]]:
-        """Our rows of these kinds for one table, built in the child, named "... (pure)"."""
+        """The rows of these kinds for one table, built in the child, named with its suffix."""
         names = [c.name for c in CONTENDERS if c.kind in kinds and backend in c.backends]
         answer = self._ask(
             {"build": names, "scenario": scenario, "backend": backend, "url": url, "ips": ips}
         )
-        notes.update({name + PURE: why for name, why in answer["unavailable"].items()})
-        return [(name + PURE, self._remote(name)) for name in answer["built"]]
+        notes.update({name + self.suffix: why for name, why in answer["unavailable"].items()})
+        return [(name + self.suffix, self._remote(name)) for name in answer["built"]]
 
     def _remote(self, name: str) -> Built:
         async def batch(start: int, n: int) -> tuple[int, Counter[str]]:
