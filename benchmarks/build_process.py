@@ -15,7 +15,8 @@ by up to 1.6x from one minute to the next (the bare app's rounds in one run went
 
 A child times each batch itself (the pipe's round trip is not the request's) and collects
 garbage once per round, as `drive` does in the parent: before the first batch of each new
-offset.
+offset (the warm-up and the first round share offset 0, so the first round goes without: one
+round's batch of 25, which the median absorbs).
 """
 
 from __future__ import annotations

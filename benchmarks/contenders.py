@@ -56,7 +56,7 @@ class Built:
     #: the app must send rate-limit headers on every answer: a limiter that fails open (its
     #: backend failing, a limit refused) answers 200 without them, and must not pass as timed
     marks_headers: bool = False
-    #: a row run by another process (the pure build's, benchmarks/pure_build.py): runs
+    #: a row run by another process (a build's child, benchmarks/build_process.py): runs
     #: ``n`` requests from ``start`` there and returns its own elapsed ns and the outcomes
     elsewhere: Callable[[int, int], Awaitable[tuple[int, Counter[str]]]] | None = None
 
