@@ -318,6 +318,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
                 "limited": "with RateLimitMiddleware (memory, headers `both`): the target",
                 "five_headers": "no limiter, a middleware adding five constant headers",
                 "limited_none": "with RateLimitMiddleware (memory, headers `none`)",
+                "limited_pure": "the target on the pure build (`ASGI_RATELIMIT_NO_EXTENSIONS=1`)",
             }
             lines += [
                 f"`uvicorn` (one worker) serving the tiny app, driven by `{e2e['tool']}` with",
