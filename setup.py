@@ -4,11 +4,11 @@ The modules compiled are ``MODULES`` in src/asgi_ratelimit/_compiled.py (one lis
 package also reads to tell which build runs). Cython compiles them in pure-Python mode from the
 same ``.py`` files that run where no C compiler is present: the install never fails for want of
 one, it prints one line and installs the pure package. A ``.pxd`` file beside a module gives
-its C types, which the pure build never reads. The build is opt-in, ``ASGI_RATELIMIT_COMPILE=1``:
-it is shown faster than the pure one in simulated cycles, not yet in served time
-(docs/design/performance-notes.md). ``ASGI_RATELIMIT_NO_EXTENSIONS=1`` skips the build (and at
-run time imports the ``.py`` files anyway).
-"""
+its C types, which the pure build never reads. ``pip install`` compiles by default: timed in
+turns with the pure build, the compiled one takes less time in process
+(docs/design/performance-notes.md, "Why the compiled build looked slower").
+``ASGI_RATELIMIT_NO_EXTENSIONS=1`` skips the build (and at run time imports the ``.py`` files
+anyway)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,7 @@ def _constant(name: str) -> object:
 
 
 _MODULES: tuple[str, ...] = _constant("MODULES")  # type: ignore[assignment]
-_SKIP = os.environ.get(str(_constant("NO_EXTENSIONS_VARIABLE")), "") not in ("", "0") or (
-    os.environ.get(str(_constant("COMPILE_VARIABLE")), "") in ("", "0")
-)
+_SKIP = os.environ.get(str(_constant("NO_EXTENSIONS_VARIABLE")), "") not in ("", "0")
 
 
 def _not_built(exc: Exception) -> None:

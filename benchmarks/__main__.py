@@ -13,19 +13,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import asgi_ratelimit
-from asgi_ratelimit._compiled import NO_EXTENSIONS_VARIABLE
+from asgi_ratelimit import COMPILED
 
+from .build_process import BuildProcess, contender_of
 from .contenders import CONTENDERS, Built, Unavailable
-from .driver import client_ips, drive, expect_status, run_batch
+from .driver import client_ips, drive, expect_status, timed_batch
 from .redis_server import RedisServer
 from .report import machine, print_tables, readme_summary, write_chart, write_markdown
 
@@ -47,11 +45,12 @@ PHASES = (
 
 
 async def _build_all(
-    scenario: str, backend: str, url: str | None, notes: dict[str, str], kinds: tuple[str, ...]
+    scenario: str, backend: str, url: str | None, notes: dict[str, str], leave: tuple[str, ...]
 ) -> list[tuple[str, Built]]:
+    """The contenders of one table, but those of the kinds to ``leave`` out."""
     built: list[tuple[str, Built]] = []
     for contender in CONTENDERS:
-        if backend not in contender.backends or (kinds and contender.kind not in kinds):
+        if backend not in contender.backends or contender.kind in leave:
             continue
         try:
             built.append((contender.name, await contender.build(scenario, backend, url)))
@@ -61,13 +60,15 @@ async def _build_all(
 
 
 async def inproc(
-    url: str, rounds: int, per_batch: dict[str, int], only_kinds: tuple[str, ...] = ()
+    url: str,
+    rounds: int,
+    per_batch: dict[str, int],
+    builds: Sequence[BuildProcess] = (),
 ) -> dict[str, Any]:
-    """Every (backend, scenario) table: medians over interleaved rounds (of these kinds of
-    contender only, when given)."""
+    """Every (backend, scenario) table: medians over interleaved rounds. With ``builds``, our
+    rows run in them, one child per build, in the same rotation ("... (pure)" and so on)."""
     import redis.asyncio
 
-    kinds = {c.name: c for c in CONTENDERS}
     tables: dict[str, Any] = {}
     notes: dict[str, str] = {}
     problems: list[str] = []
@@ -75,71 +76,74 @@ async def inproc(
     for backend in ("memory", "redis"):
         for scenario in ("one", "three", "denied"):
             await admin.flushdb()
-            built = await _build_all(scenario, backend, url, notes, only_kinds)
+            ours = ("bare", "ours", "engine")
+            built = await _build_all(scenario, backend, url, notes, ours[1:] if builds else ())
             if scenario == "denied":
                 ips = client_ips(64, start=5_000_000)
-                for name, b in built:  # the first request of each identity uses the limit up
-                    if kinds[name].kind in ("ours", "peer", "engine"):
-                        await run_batch(b, ips, 0, len(ips))
             else:
                 ips = client_ips(20_000, start=1)
+            for build in builds:
+                built += build.build(scenario, backend, url, ips, ours, notes)
+            if scenario == "denied":
+                for name, b in built:  # the first request of each identity uses the limit up
+                    if contender_of(name).kind in ("ours", "peer", "engine"):
+                        await timed_batch(b, ips, 0, len(ips))
             t0 = time.monotonic()
             measured = await drive(built, ips, rounds=rounds, per_batch=per_batch[backend])
             for (name, b), m in zip(built, measured, strict=True):
                 await b.aclose()
-                limited = kinds[name].kind in ("ours", "peer", "engine")
+                limited = contender_of(name).kind in ("ours", "peer", "engine")
                 expected = "429" if scenario == "denied" and limited else "200"
                 problem = expect_status(m, expected)
                 if problem:
                     problems.append(f"{backend}/{scenario}: {problem}")
             key = f"{backend}/{scenario}"
-            tables[key] = [
+            rows = [
                 {
                     "name": m.name,
-                    "kind": kinds[m.name].kind,
-                    "baseline": kinds[m.name].baseline,
+                    "kind": contender_of(m.name).kind,
+                    "baseline": contender_of(m.name).baseline,
                     "median_us": m.median_us,
                     "rounds_us": m.rounds_us,
                 }
                 for m in measured
             ]
+            for build in builds:
+                rows = _over_own_bare(rows, build.suffix)
+            tables[key] = rows
             print(f"  {key}: {len(built)} rows in {time.monotonic() - t0:.1f} s", flush=True)
     await admin.flushdb()
     await admin.aclose()
     return {"tables": tables, "unavailable": notes, "problems": problems}
 
 
-def _pure_rows(url: str, rounds: int, per_batch: dict[str, int], tables: dict[str, Any]) -> None:
-    """Our rows again on the pure build, added to ``tables`` as "... (pure)".
-
-    A process runs one build (the variable is read at import), so a child measures the pure
-    rows, interleaved with its own bare app: each pure round is moved by the difference
-    between the two processes' bare medians, so that its overhead is over its own baseline.
-    """
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "pure.json"
-        subprocess.run(
-            [sys.executable, "-m", "benchmarks", "--pure-rows", str(out), url, str(rounds),
-             json.dumps(per_batch)],
-            env={**os.environ, NO_EXTENSIONS_VARIABLE: "1"},
-            check=True,
-        )  # fmt: skip
-        pure = json.loads(out.read_text())
-    for key, rows in pure["tables"].items():
-        bare = {r["baseline"]: r["median_us"] for r in tables[key] if r["kind"] == "bare"}
-        own_bare = {r["baseline"]: r["median_us"] for r in rows if r["kind"] == "bare"}
-        for row in rows:
-            if row["kind"] not in ("ours", "engine"):
-                continue
+def _over_own_bare(rows: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
+    """A child's rows (named with ``suffix``) moved by the difference between the parent's
+    bare apps and the child's, so that their overhead is over their own bare app; the child's
+    bare rows then go (the report takes each row's overhead over the parent's bare app)."""
+    plain = {c.name for c in CONTENDERS}  # the parent's rows
+    bare = {
+        r["baseline"]: r["median_us"] for r in rows if r["kind"] == "bare" and r["name"] in plain
+    }
+    own_bare = {
+        r["baseline"]: r["median_us"]
+        for r in rows
+        if r["kind"] == "bare" and r["name"].endswith(suffix)
+    }
+    out = []
+    for row in rows:
+        if not row["name"].endswith(suffix):
+            out.append(row)
+        elif row["kind"] != "bare":
             shift = bare.get(row["baseline"], 0.0) - own_bare.get(row["baseline"], 0.0)
-            tables[key].append(
+            out.append(
                 {
                     **row,
-                    "name": f"{row['name']} (pure)",
                     "median_us": row["median_us"] + shift,
                     "rounds_us": [value + shift for value in row["rounds_us"]],
                 }
             )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,14 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="rebuild docs/benchmarks.md and .png from docs/benchmarks.json; measure nothing",
     )
-    parser.add_argument("--pure-rows", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.pure_rows:  # the child of _pure_rows, on the pure build
-        out, url, rounds, per_batch = args.pure_rows
-        kinds = ("bare", "ours", "engine")
-        pure = asyncio.run(inproc(url, int(rounds), json.loads(per_batch), kinds))
-        Path(out).write_text(json.dumps(pure))
-        return 0
     if args.report_only:
         results = json.loads((DOCS / "benchmarks.json").read_text())
         print_tables(results)
@@ -183,12 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     with RedisServer() as server:
         if "inproc" in phases:
             print("in-process overhead", flush=True)
-            results["inproc"] = asyncio.run(inproc(server.url, rounds, per_batch))
-            if asgi_ratelimit.COMPILED:  # the rows above ran compiled: add the pure build's
-                print("in-process overhead, our rows on the pure build", flush=True)
-                _pure_rows(server.url, rounds, per_batch, results["inproc"]["tables"])
-            else:
-                print("in-process overhead: the package is not compiled here; pure rows only")
+            # Compiled here: our rows run on each build, one child each, taking turns.
+            builds = [BuildProcess(pure=pure) for pure in (False, True)] if COMPILED else []
+            if not builds:
+                print("  the package is not compiled here: pure rows only", flush=True)
+            try:
+                results["inproc"] = asyncio.run(inproc(server.url, rounds, per_batch, builds))
+            finally:
+                for build in builds:
+                    build.close()
         if "breakdown" in phases:
             from .breakdown import breakdown
 

@@ -8,6 +8,7 @@ contender is configured as its documentation shows, with the same limits, keyed 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +45,8 @@ class Unavailable(Exception):
 
 @dataclass
 class Built:
-    """A ready contender: ``app`` (ASGI) or ``call`` (key -> awaitable), and a closer."""
+    """A ready contender: ``app`` (ASGI), ``call`` (key -> awaitable) or ``elsewhere``, and a
+    closer."""
 
     app: ASGIApp | None = None
     call: Callable[[str], Awaitable[Any]] | None = None
@@ -54,6 +56,9 @@ class Built:
     #: the app must send rate-limit headers on every answer: a limiter that fails open (its
     #: backend failing, a limit refused) answers 200 without them, and must not pass as timed
     marks_headers: bool = False
+    #: a row run by another process (a build's child, benchmarks/build_process.py): runs
+    #: ``n`` requests from ``start`` there and returns its own elapsed ns and the outcomes
+    elsewhere: Callable[[int, int], Awaitable[tuple[int, Counter[str]]]] | None = None
 
     async def aclose(self) -> None:
         for close in reversed(self.closers):

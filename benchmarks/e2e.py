@@ -3,7 +3,8 @@
 The load generator is ``wrk`` when installed (``apt-get install -y wrk``), else a bounded
 httpx loop. Every round runs each variant once, in a rotated order, so that drift cancels; two
 references sit beside the target's pair (bare, limited): a middleware that only adds the
-same five headers, and ours with ``headers="none"``.
+same five headers, and ours with ``headers="none"``; where the package is compiled, the target
+again on the pure build.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from asgi_ratelimit import COMPILED
+from asgi_ratelimit._compiled import NO_EXTENSIONS_VARIABLE
 
 __all__ = ["end_to_end", "wrk"]
 
@@ -38,7 +42,7 @@ def _pin(cpu: int) -> list[str]:
     return []
 
 
-def _serve(target: str, port: int) -> subprocess.Popen[bytes]:
+def _serve(target: str, port: int, *, pure: bool = False) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [
             *_pin(0),
@@ -47,6 +51,7 @@ def _serve(target: str, port: int) -> subprocess.Popen[bytes]:
             "--log-level", "warning", "--no-access-log",
         ],
         cwd=ROOT,
+        env={**os.environ, NO_EXTENSIONS_VARIABLE: "1"} if pure else None,
     )  # fmt: skip
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
@@ -108,6 +113,10 @@ async def _httpx_load(port: int, seconds: int, connections: int) -> float:
 
 #: What is served, in the order of the first round (later rounds rotate it).
 VARIANTS = ("bare", "limited", "five_headers", "limited_none")
+#: ``limited`` again on the pure build (``ASGI_RATELIMIT_NO_EXTENSIONS=1``), in the same rounds,
+#: where the package is compiled: served in runs of their own, minutes apart, the two builds
+#: met different machines (docs/design/performance-notes.md).
+PURE = "limited_pure"
 
 
 def end_to_end(rounds: int, seconds: int, connections: int = 64) -> dict[str, object]:
@@ -116,18 +125,20 @@ def end_to_end(rounds: int, seconds: int, connections: int = 64) -> dict[str, ob
     ``ratio`` (the target's) is ``limited`` against ``bare``; ``ratios`` has every variant's.
     """
     tool = "wrk" if shutil.which("wrk") else "httpx"
-    rps: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    names = VARIANTS + ((PURE,) if COMPILED else ())
+    rps: dict[str, list[float]] = {name: [] for name in names}
     servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     try:
-        for name in VARIANTS:
-            servers[name] = (_serve(name, port := _free_port()), port)
+        for name in names:
+            target = "limited" if name == PURE else name
+            servers[name] = (_serve(target, port := _free_port(), pure=name == PURE), port)
         for _proc, port in servers.values():  # warm-up
             if tool == "wrk":
                 wrk(f"http://127.0.0.1:{port}/ping", 1, connections)
             else:
                 asyncio.run(_httpx_load(port, 1, 8))
         for r in range(rounds):
-            for name in VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 port = servers[name][1]
                 if tool == "wrk":
                     rps[name].append(wrk(f"http://127.0.0.1:{port}/ping", seconds, connections))
@@ -140,7 +151,7 @@ def end_to_end(rounds: int, seconds: int, connections: int = 64) -> dict[str, ob
     # Each run against the bare run of the same round: drift between rounds cancels.
     ratios = {
         name: statistics.median(v / b for b, v in zip(rps["bare"], rps[name], strict=True))
-        for name in VARIANTS
+        for name in names
     }
     return {
         "tool": tool,

@@ -289,6 +289,10 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             "overhead; for Redis, *vs one Redis round trip* divides it by one redis-py asyncio",
             "`PING`. The engine row is `await limiter.hit(key, limit)` alone (no app). On the",
             "denied path the app is never called, so there the overhead is the whole request.",
+            'Our rows "(compiled)" are what `pip install` gives where a C compiler is present',
+            '(the targets read them); "(pure)" the same code run from its `.py` files (no',
+            "compiler, or `ASGI_RATELIMIT_NO_EXTENSIONS=1`). Each build runs in a process of",
+            "its own, taking its turns in the same rotation as the other rows.",
         ]
         for key, rows in inproc["tables"].items():
             backend, scenario = key.split("/")
@@ -316,6 +320,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
                 "limited": "with RateLimitMiddleware (memory, headers `both`): the target",
                 "five_headers": "no limiter, a middleware adding five constant headers",
                 "limited_none": "with RateLimitMiddleware (memory, headers `none`)",
+                "limited_pure": "the target on the pure build (`ASGI_RATELIMIT_NO_EXTENSIONS=1`)",
             }
             lines += [
                 f"`uvicorn` (one worker) serving the tiny app, driven by `{e2e['tool']}` with",

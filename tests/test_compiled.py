@@ -40,7 +40,7 @@ def _loaded_compiled(name: str) -> bool:
 
 def test_compiled_is_what_this_run_expects() -> None:
     # ./scripts/test runs the suite twice: with the switch (pure), and without it, where CI's
-    # compiler has built the extensions (it installs with ASGI_RATELIMIT_COMPILE=1). A silent
+    # compiler has built the extensions (pip install compiles by default). A silent
     # fallback must not pass as "compiled".
     if SWITCHED:
         assert asgi_ratelimit.COMPILED is False

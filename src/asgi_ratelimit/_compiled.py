@@ -1,9 +1,8 @@
 """The compiled build: which modules ``pip install`` compiles, and the switch to the pure source.
 
-With ``ASGI_RATELIMIT_COMPILE=1`` and a C compiler, ``pip install`` compiles the modules of
-:data:`MODULES` with Cython in pure-Python mode (setup.py reads the list from here) and puts
-each extension beside its ``.py`` file; without either, or when the build fails, the same
-``.py`` files run as they are.
+Where a C compiler is present, ``pip install`` compiles the modules of :data:`MODULES` with
+Cython in pure-Python mode (setup.py reads the list from here) and puts each extension beside
+its ``.py`` file; without one, or when the build fails, the same ``.py`` files run as they are.
 ``ASGI_RATELIMIT_NO_EXTENSIONS=1`` makes one installed tree import the ``.py`` files anyway, so
 that the suite and the benchmarks run on both builds (yarl's ``YARL_NO_EXTENSIONS``).
 
@@ -30,17 +29,15 @@ from importlib.machinery import (
 from types import ModuleType
 
 __all__ = [
-    "COMPILE_VARIABLE",
     "MODULES",
     "NO_EXTENSIONS_VARIABLE",
     "compiled",
     "edited_since_built",
 ]
 
+#: Set to 1: ``pip install`` compiles nothing (setup.py), and an installed tree with extensions
+#: imports its ``.py`` files (read at import).
 NO_EXTENSIONS_VARIABLE = "ASGI_RATELIMIT_NO_EXTENSIONS"
-#: Set to 1 at build time to compile (setup.py): opt-in until the compiled build is shown
-#: faster in served time, not only in simulated cycles (docs/design/performance-notes.md).
-COMPILE_VARIABLE = "ASGI_RATELIMIT_COMPILE"
 
 #: The modules of the request path that compute: the memory backend's table and records, every
 #: algorithm's step, the decision and the path matching. The glue between them (the middleware,
