@@ -16,7 +16,14 @@ from typing import Protocol, runtime_checkable
 
 from ._errors import ConfigurationError
 
-__all__ = ["MIN_SECRET_BYTES", "KeySecret", "KeyedStorage", "identity_tag"]
+__all__ = [
+    "MIN_SECRET_BYTES",
+    "KeySecret",
+    "KeyedStorage",
+    "identity_digest",
+    "identity_tag",
+    "tag_of_digest",
+]
 
 #: The shortest secret taken: 128 bits.
 MIN_SECRET_BYTES = 16
@@ -30,8 +37,17 @@ _HOW = 'make one with: python -c "import secrets; print(secrets.token_urlsafe(32
 def identity_tag(key: str, secret: bytes = b"") -> str:
     """The fixed-length hash of an identity key: 128 bits of BLAKE2b (keyed with ``secret``
     when one is given) in base64url, 22 characters of ``A-Za-z0-9-_``."""
+    return tag_of_digest(identity_digest(key, secret))
+
+
+def identity_digest(key: str, secret: bytes = b"") -> bytes:
+    """The 16 bytes of BLAKE2b that `identity_tag` writes in base64url."""
     data = key.encode("utf-8", "surrogatepass")
-    digest = hashlib.blake2b(data, digest_size=16, key=secret, person=b"asgi-ratelimit").digest()
+    return hashlib.blake2b(data, digest_size=16, key=secret, person=b"asgi-ratelimit").digest()
+
+
+def tag_of_digest(digest: bytes) -> str:
+    """`identity_tag` of the key whose `identity_digest` is ``digest``."""
     return base64.urlsafe_b64encode(digest)[:22].decode("ascii")
 
 
