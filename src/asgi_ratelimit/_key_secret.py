@@ -20,7 +20,9 @@ __all__ = [
     "MIN_SECRET_BYTES",
     "KeySecret",
     "KeyedStorage",
+    "digest_with",
     "identity_digest",
+    "identity_hasher",
     "identity_tag",
     "tag_of_digest",
 ]
@@ -42,8 +44,20 @@ def identity_tag(key: str, secret: bytes = b"") -> str:
 
 def identity_digest(key: str, secret: bytes = b"") -> bytes:
     """The 16 bytes of BLAKE2b that `identity_tag` writes in base64url."""
-    data = key.encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(data, digest_size=16, key=secret, person=b"asgi-ratelimit").digest()
+    return digest_with(identity_hasher(secret), key)
+
+
+def identity_hasher(secret: bytes = b"") -> hashlib.blake2b:
+    """BLAKE2b as `identity_digest` keys it, before any data: for `digest_with`."""
+    return hashlib.blake2b(digest_size=16, key=secret, person=b"asgi-ratelimit")
+
+
+def digest_with(hasher: hashlib.blake2b, key: str) -> bytes:
+    """`identity_digest` of ``key`` from a copy of its `identity_hasher`: the secret's block
+    is hashed once, not for every new identity."""
+    copy = hasher.copy()
+    copy.update(key.encode("utf-8", "surrogatepass"))
+    return copy.digest()
 
 
 def tag_of_digest(digest: bytes) -> str:

@@ -26,7 +26,7 @@ import hmac
 from collections.abc import Sequence
 
 from ..._errors import ConfigurationError
-from ..._key_secret import KeySecret, identity_digest, tag_of_digest
+from ..._key_secret import KeySecret, digest_with, identity_hasher, tag_of_digest
 from ..._rates import Limit
 from .._protocol import Check
 
@@ -69,9 +69,9 @@ class IdentityKeys:
         self.field = digest[:8]
         #: ``prefix{bucket}:``: where the hashes of its bucket's states begin (and every key
         #: that may hold its state)
-        self.hashes = f"{prefix}{{{_bucket(digest)}}}:"
+        self.hashes = hashes = f"{prefix}{{{_bucket(digest)}}}:"
         #: ``prefix{bucket}:tag:``: where its own keys begin
-        self.own = f"{self.hashes}{self.tag}:"
+        self.own = f"{hashes}{self.tag}:"
 
 
 class KeyNames:
@@ -85,6 +85,7 @@ class KeyNames:
         self._codes: dict[tuple[str, str], str] = {}
         #: the BLAKE2b key of identity hashes: empty (unkeyed) until `use_secret`
         self._secret = b""
+        self._hasher = identity_hasher()
 
     def use_secret(self, secret: KeySecret) -> None:
         """Key the hashes of identities with ``secret`` (one secret per backend)."""
@@ -94,6 +95,7 @@ class KeyNames:
                 "give every limiter on one backend the same key_secret"
             )
         self._secret = secret.key
+        self._hasher = identity_hasher(secret.key)
         self._identities.clear()
 
     def tag(self, key: str) -> str:
@@ -117,7 +119,7 @@ class KeyNames:
         if known is None:
             if len(self._identities) >= KEY_CACHE_SIZE:
                 self._identities.clear()
-            digest = identity_digest(key, self._secret)
+            digest = digest_with(self._hasher, key)
             known = self._identities[key] = IdentityKeys(self.prefix, digest)
         return known
 
@@ -140,10 +142,17 @@ class KeyNames:
         return f"{self.prefix}{{{bucket_of(tag)}}}:"
 
     def for_checks(self, checks: Sequence[Check]) -> list[str]:
-        """The checks' keys (each limit's code worked out once)."""
-        return [
-            self.identity(check.key).own + self._code(check.limit, check.budget) for check in checks
-        ]
+        """The checks' keys (each limit's code worked out once; the checks of a request
+        mostly share one identity, looked up once)."""
+        keys = []
+        key = None
+        own = ""
+        for check in checks:
+            if check.key != key:
+                key = check.key
+                own = self.identity(key).own
+            keys.append(own + self._code(check.limit, check.budget))
+        return keys
 
     def _code(self, limit: Limit, budget: str) -> str:
         code = self._codes.get((budget, limit.id))

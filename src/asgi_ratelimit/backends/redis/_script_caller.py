@@ -122,8 +122,12 @@ class ScriptCaller:
         identity = self._keys.identity
         framed = []
         fields = []
+        names_of: str | None = None  # the checks of a request mostly share one identity
+        names = None
         for check, key in zip(checks, storage_keys, strict=True):
-            names = identity(check.key)
+            if names is None or check.key != names_of:
+                names_of = check.key
+                names = identity(names_of)
             if check.limit.algorithm == "sliding_window_log":
                 framed.append(frame(key.encode()))
             else:
