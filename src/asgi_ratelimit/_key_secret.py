@@ -16,7 +16,16 @@ from typing import Protocol, runtime_checkable
 
 from ._errors import ConfigurationError
 
-__all__ = ["MIN_SECRET_BYTES", "KeySecret", "KeyedStorage", "identity_tag"]
+__all__ = [
+    "MIN_SECRET_BYTES",
+    "KeySecret",
+    "KeyedStorage",
+    "digest_with",
+    "identity_digest",
+    "identity_hasher",
+    "identity_tag",
+    "tag_of_digest",
+]
 
 #: The shortest secret taken: 128 bits.
 MIN_SECRET_BYTES = 16
@@ -30,8 +39,29 @@ _HOW = 'make one with: python -c "import secrets; print(secrets.token_urlsafe(32
 def identity_tag(key: str, secret: bytes = b"") -> str:
     """The fixed-length hash of an identity key: 128 bits of BLAKE2b (keyed with ``secret``
     when one is given) in base64url, 22 characters of ``A-Za-z0-9-_``."""
-    data = key.encode("utf-8", "surrogatepass")
-    digest = hashlib.blake2b(data, digest_size=16, key=secret, person=b"asgi-ratelimit").digest()
+    return tag_of_digest(identity_digest(key, secret))
+
+
+def identity_digest(key: str, secret: bytes = b"") -> bytes:
+    """The 16 bytes of BLAKE2b that `identity_tag` writes in base64url."""
+    return digest_with(identity_hasher(secret), key)
+
+
+def identity_hasher(secret: bytes = b"") -> hashlib.blake2b:
+    """BLAKE2b as `identity_digest` keys it, before any data: for `digest_with`."""
+    return hashlib.blake2b(digest_size=16, key=secret, person=b"asgi-ratelimit")
+
+
+def digest_with(hasher: hashlib.blake2b, key: str) -> bytes:
+    """`identity_digest` of ``key`` from a copy of its `identity_hasher`: the secret's block
+    is hashed once, not for every new identity."""
+    copy = hasher.copy()
+    copy.update(key.encode("utf-8", "surrogatepass"))
+    return copy.digest()
+
+
+def tag_of_digest(digest: bytes) -> str:
+    """`identity_tag` of the key whose `identity_digest` is ``digest``."""
     return base64.urlsafe_b64encode(digest)[:22].decode("ascii")
 
 

@@ -6,6 +6,7 @@ connection bytes by hand to split replies at every byte."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import math
 import random
@@ -23,12 +24,13 @@ from redis.asyncio.connection import Connection as RedisPyConnection
 from redis.credentials import UsernamePasswordCredentialProvider
 
 from asgi_ratelimit._errors import BackendError
+from asgi_ratelimit._key_secret import KeySecret, identity_tag
 from asgi_ratelimit._rates import Limit
 from asgi_ratelimit.backends._memory import MemoryBackend
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
 from asgi_ratelimit.backends.redis._connection import Connection, ConnectionLost, ReplyError
-from asgi_ratelimit.backends.redis._keys import bucket_of, field_of
+from asgi_ratelimit.backends.redis._keys import bucket_of, field_of, script_key, tag_field
 from asgi_ratelimit.backends.redis._keys import budget_code as limit_code
 from asgi_ratelimit.backends.redis._resp import command, frame
 from asgi_ratelimit.backends.redis._script import (
@@ -441,6 +443,31 @@ async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix
         ]
 
 
+@pytest.mark.parametrize("secret", [None, KeySecret("s" * 32)], ids=["unkeyed", "keyed"])
+def test_the_script_gets_each_keys_hash_stem_and_field(secret: KeySecret | None) -> None:
+    # An identity's keys are worked out once, from its hash (IdentityKeys); what the script
+    # is sent must be what the storage key says, whether the identity is new or remembered.
+    backend = RedisBackend.from_url("redis://127.0.0.1:1/0", prefix="p:")
+    if secret is not None:
+        backend.use_key_secret(secret)
+    limits = [Limit("5/minute"), Limit("2/second", algorithm="gcra")]
+    log = Limit("9/hour", algorithm="sliding_window_log")
+    for identity in ["user:1", "ip:203.0.113.7", "user:1", "\udcff", "ip:203.0.113.7"]:
+        checks = [Check(identity, limit) for limit in [*limits, log]]
+        storage_keys = backend._keys.for_checks(checks)
+        framed, fields = backend._script._framed_keys(checks, storage_keys)
+        assert framed == [
+            frame(script_key(key, check.limit.algorithm).encode())
+            for check, key in zip(checks, storage_keys, strict=True)
+        ]
+        assert fields == b"".join(map(field_of, storage_keys))
+        tag = identity_tag(identity, b"" if secret is None else secret.key)
+        assert storage_keys[0] == f"p:{{{bucket_of(tag)}}}:{tag}:{limit_code(limits[0])}"
+        assert (
+            field_of(storage_keys[0]) == tag_field(tag) == base64.urlsafe_b64decode(tag + "==")[:8]
+        )
+
+
 def test_key_prefix_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     from asgi_ratelimit.backends.redis import _keys as redis_keys
 
@@ -451,4 +478,4 @@ def test_key_prefix_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         key = backend.storage_key(f"user:{i}", limit)
         tag = backend.tag(f"user:{i}")
         assert key == f"p:{{{bucket_of(tag)}}}:{tag}:{limit_code(limit)}"
-        assert len(backend._keys._prefixes) <= 8
+        assert len(backend._keys._identities) <= 8

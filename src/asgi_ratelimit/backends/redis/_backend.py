@@ -173,7 +173,7 @@ class RedisBackend:
         self._keys = KeyNames(prefix)
         self.deny_cache: DenyCache | None = DenyCache() if deny_cache else None
         ttl_margin_ms = 0 if clock is None else int(_INJECTED_CLOCK_TTL_MARGIN * 1000)
-        self._script = ScriptCaller(ttl_margin_ms=ttl_margin_ms)
+        self._script = ScriptCaller(self._keys, ttl_margin_ms=ttl_margin_ms)
         self._leases = RedisLeases(
             self.command, self._keys, None if clock is None else self._local_now, ttl_margin_ms
         )

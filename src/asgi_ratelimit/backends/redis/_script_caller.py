@@ -1,6 +1,6 @@
 """How the rate-limit script is run on a server: as a Redis 7 function, else by EVALSHA.
 
-    caller = ScriptCaller(ttl_margin_ms=0)
+    caller = ScriptCaller(KeyNames("rl:"), ttl_margin_ms=0)
     reply = await caller.call(node.call, "hit", checks, storage_keys, now_us=None, want_state=True)
     await caller.probe(node)      # loaded, and it answers: what ends an outage
 
@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from .._protocol import Check
 from ._connection import ReplyError
-from ._keys import field_of, script_key
+from ._keys import CODE_LENGTH, KeyNames
 from ._node import Node
 from ._resp import command, frame, pack
 from ._script import FUNCTION_NAME, LIBRARY, SCRIPT, SCRIPT_SHA, Mode, framed_args, head
@@ -33,8 +33,6 @@ logger = logging.getLogger("asgi_ratelimit")
 Send = Callable[[bytes], Awaitable[Any]]
 #: A check's block key is its storage key and this: in its hash tag, hence its slot.
 BLOCK_SUFFIX = "!"
-#: Storage keys whose RESP frame is remembered (about 150 bytes each).
-_FRAMED_KEYS = 40_000
 #: A call of the script that decides nothing: it proves the script runs there.
 _NO_CHECKS = [frame(head("peek", None))]
 
@@ -42,11 +40,12 @@ _NO_CHECKS = [frame(head("peek", None))]
 class ScriptCaller:
     """Runs the script for one backend, and keeps it loaded on every server."""
 
-    def __init__(self, *, ttl_margin_ms: int = 0) -> None:
+    def __init__(self, keys: KeyNames, *, ttl_margin_ms: int = 0) -> None:
+        #: the backend's key names (their `IdentityKeys` give each check's KEYS and field)
+        self._keys = keys
         self._ttl_margin_ms = ttl_margin_ms
         #: whether the script is called as a function (Redis 7+), else by EVALSHA
         self.uses_function = True
-        self._framed: dict[str, tuple[bytes, bytes]] = {}
 
     async def call(
         self,
@@ -117,21 +116,23 @@ class ScriptCaller:
     def _framed_keys(
         self, checks: Sequence[Check], storage_keys: Sequence[str]
     ) -> tuple[list[bytes], bytes]:
-        """The script's KEYS framed for `command` (see `script_key`), and the fields joined:
-        the same identities come back request after request, so each is encoded once (a
-        bounded dict, emptied when full)."""
-        known = self._framed
+        """The script's KEYS framed for `command`, and the fields joined: ``prefix{bucket}:``
+        and the field of each check's identity (worked out when its keys were named) and
+        the limit's code (see ``ratelimit.lua``); a sliding log's own key."""
+        identity = self._keys.identity
         framed = []
         fields = []
+        names_of: str | None = None  # the checks of a request mostly share one identity
+        names = None
         for check, key in zip(checks, storage_keys, strict=True):
-            data = known.get(key)
-            if data is None:
-                if len(known) >= _FRAMED_KEYS:
-                    known.clear()
-                name = script_key(key, check.limit.algorithm)
-                data = known[key] = (frame(name.encode()), field_of(key))
-            framed.append(data[0])
-            fields.append(data[1])
+            if names is None or check.key != names_of:
+                names_of = check.key
+                names = identity(names_of)
+            if check.limit.algorithm == "sliding_window_log":
+                framed.append(frame(key.encode()))
+            else:
+                framed.append(frame((names.hashes + key[-CODE_LENGTH:]).encode()))
+            fields.append(names.field)
         return framed, b"".join(fields)
 
 
