@@ -160,17 +160,21 @@ class HeaderRenderer:
         if not policies:
             return headers
         if self._legacy:
-            headers.append((LIMIT, b"%d" % _sf_int(decision.limit)))
-            headers.append((REMAINING, b"%d" % _sf_int(decision.remaining)))
-            headers.append((RESET, b"%d" % whole_seconds(decision.reset_after)))
+            headers += (
+                (LIMIT, b"%d" % _sf_int(decision.limit)),
+                (REMAINING, b"%d" % _sf_int(decision.remaining)),
+                (RESET, b"%d" % whole_seconds(decision.reset_after)),
+            )
         if self._ietf:
-            each = [self._parts(p) for p in policies]
-            headers.append((POLICY, b", ".join([part.item for part in each])))
-            states = [
-                part.state(p.remaining, p.next_after)
-                for part, p in zip(each, policies, strict=True)
-            ]
-            headers.append((STATE, b", ".join(states)))
+            items = []
+            states = []
+            for policy in policies:  # (`_parts`, inlined)
+                parts = self._policies.get(policy.name)
+                if parts is None or parts.limit_id != policy.limit.id:
+                    parts = self._parts(policy)
+                items.append(parts.item)
+                states.append(parts.state(policy.remaining, policy.next_after))
+            headers += ((POLICY, b", ".join(items)), (STATE, b", ".join(states)))
         return headers
 
     def _one(self, parts: _Parts, numbers: tuple[int, int, int]) -> tuple[RawHeader, ...]:
@@ -222,9 +226,14 @@ class _Parts:
         self.last: tuple[tuple[int, int, int], tuple[RawHeader, ...]] = ((-1, -1, -1), ())
 
     def state(self, remaining: int, upcoming: float) -> bytes:
+        # `_sf_int` and `whole_seconds`, inlined where they change nothing (every policy of
+        # every request of several)
+        if not 0 <= remaining <= SF_INTEGER_MAX:
+            remaining = _sf_int(remaining)
         if not self.timed and not upcoming:
-            return b"%s;r=%d" % (self.name, _sf_int(remaining))
-        return b"%s;r=%d;t=%d" % (self.name, _sf_int(remaining), whole_seconds(upcoming))
+            return b"%s;r=%d" % (self.name, remaining)
+        wait = math.ceil(upcoming) if 0 < upcoming < SF_INTEGER_MAX else whole_seconds(upcoming)
+        return b"%s;r=%d;t=%d" % (self.name, remaining, wait)
 
 
 class GitHubHeaderRenderer:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from starlette.responses import PlainTextResponse
 
 from asgi_ratelimit import Decision, Limit, PolicyStatus, RateLimiter, Rule
 from asgi_ratelimit._headers import HeaderRenderer
+from asgi_ratelimit._in_flight import InFlight
 from tests.conftest import FakeClock
 
 from .conftest import client, make_app
@@ -244,3 +248,54 @@ def test_header_values_are_valid_structured_fields() -> None:
         (b"x-ratelimit-remaining", b"0"),  # never negative
         (b"x-ratelimit-reset", b"999999999999999"),
     ]
+
+
+_SECONDS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-5, 10**16).map(float),
+    st.sampled_from([0.0, 1e-6, 0.5, 1.0, 59.999999, 60.0]),
+)
+_STATUS = st.builds(
+    PolicyStatus,
+    st.text(max_size=8),
+    st.sampled_from([Limit("5/minute"), Limit("10/second"), InFlight(2)]),
+    st.booleans(),
+    st.integers(-3, 10**16),
+    st.just(1.0),
+    st.just(1.0),
+    _SECONDS,
+)
+
+
+@given(st.lists(_STATUS, min_size=1, max_size=4))
+@example([PolicyStatus("a", Limit("5/minute"), True, 1, 1.0, 1.0, math.inf)] * 2)
+@example([PolicyStatus("a", InFlight(2), True, 1, 1.0, 1.0, 0.0)] * 2)
+@settings(max_examples=300, deadline=None)
+def test_every_policy_states_its_own_numbers_as_the_draft_writes_them(
+    statuses: list[PolicyStatus],
+) -> None:
+    # The IETF fields of any decision, one item a policy, checked against the draft's
+    # rules written out here: r clamped to an sf-integer, t rounded up (0 for none, NaN,
+    # infinite or negative; at most 15 digits), no t for an in-flight policy with none.
+    decision = Decision.of(tuple(statuses))
+    headers = dict(HeaderRenderer("ietf").render(decision))
+
+    def whole(seconds: float) -> int:
+        if math.isnan(seconds) or math.isinf(seconds) or seconds <= 0:
+            return 0
+        return 999_999_999_999_999 if seconds >= 999_999_999_999_999 else math.ceil(seconds)
+
+    def item(status: PolicyStatus) -> str:
+        printable = "".join(c if " " <= c <= "~" else "?" for c in status.name)
+        name = '"' + printable.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        r = max(0, min(999_999_999_999_999, status.remaining))
+        if isinstance(status.limit, InFlight) and not status.next_after:
+            return f"{name};r={r}"
+        return f"{name};r={r};t={whole(status.next_after)}"
+
+    assert headers[b"ratelimit"].decode() == ", ".join(item(s) for s in decision.policies)
+    policy_items = [
+        dict(HeaderRenderer("ietf").render(Decision.of((s,))))[b"ratelimit-policy"]
+        for s in decision.policies
+    ]
+    assert headers[b"ratelimit-policy"] == b", ".join(policy_items)
