@@ -51,6 +51,7 @@ PATHS = {
     "memory, route limit": ("memory", "one+route", 20_000, 1_000, 3_000),
     "memory, one client": ("memory", "one", 1, 2_000, 6_000),
     "memory, with the page": ("memory", "one+page", 20_000, 2_000, 6_000),
+    "memory, three limits": ("memory", "three", 20_000, 1_000, 3_000),
     "redis, one limit": ("redis", "one", 20_000, 500, 1_500),
     "redis, with the page": ("redis", "one+page", 20_000, 500, 1_500),
     "redis, three limits": ("redis", "three", 20_000, 500, 1_500),

@@ -168,10 +168,8 @@ class HeaderRenderer:
         if self._ietf:
             items = []
             states = []
-            for policy in policies:  # (`_parts`, inlined)
-                parts = self._policies.get(policy.name)
-                if parts is None or parts.limit_id != policy.limit.id:
-                    parts = self._parts(policy)
+            for policy in policies:
+                parts = self._parts(policy)
                 items.append(parts.item)
                 states.append(parts.state(policy.remaining, policy.next_after))
             headers += ((POLICY, b", ".join(items)), (STATE, b", ".join(states)))
@@ -226,14 +224,9 @@ class _Parts:
         self.last: tuple[tuple[int, int, int], tuple[RawHeader, ...]] = ((-1, -1, -1), ())
 
     def state(self, remaining: int, upcoming: float) -> bytes:
-        # `_sf_int` and `whole_seconds`, inlined where they change nothing (every policy of
-        # every request of several)
-        if not 0 <= remaining <= SF_INTEGER_MAX:
-            remaining = _sf_int(remaining)
         if not self.timed and not upcoming:
-            return b"%s;r=%d" % (self.name, remaining)
-        wait = math.ceil(upcoming) if 0 < upcoming < SF_INTEGER_MAX else whole_seconds(upcoming)
-        return b"%s;r=%d;t=%d" % (self.name, remaining, wait)
+            return b"%s;r=%d" % (self.name, _sf_int(remaining))
+        return b"%s;r=%d;t=%d" % (self.name, _sf_int(remaining), whole_seconds(upcoming))
 
 
 class GitHubHeaderRenderer:
