@@ -178,8 +178,7 @@ class HeaderRenderer:
     def _one(self, parts: _Parts, numbers: tuple[int, int, int]) -> tuple[RawHeader, ...]:
         """The headers of one admitted policy, remembered as its last."""
         remaining, reset, upcoming = numbers
-        # `_sf_int`, inlined (every new count): a status's remaining is never negative.
-        left = remaining if remaining <= SF_INTEGER_MAX else SF_INTEGER_MAX
+        left = _sf_int(remaining)  # (never negative: a decision made by hand may say so)
         headers: tuple[RawHeader, ...] = ()
         if self._legacy:
             headers = (parts.limit, (REMAINING, b"%d" % left), (RESET, b"%d" % reset))
@@ -224,9 +223,10 @@ class _Parts:
         self.last: tuple[tuple[int, int, int], tuple[RawHeader, ...]] = ((-1, -1, -1), ())
 
     def state(self, remaining: int, upcoming: float) -> bytes:
-        if not self.timed and not upcoming:
+        wait = whole_seconds(upcoming)
+        if not self.timed and not wait:
             return b"%s;r=%d" % (self.name, _sf_int(remaining))
-        return b"%s;r=%d;t=%d" % (self.name, _sf_int(remaining), whole_seconds(upcoming))
+        return b"%s;r=%d;t=%d" % (self.name, _sf_int(remaining), wait)
 
 
 class GitHubHeaderRenderer:

@@ -276,7 +276,7 @@ def test_every_policy_states_its_own_numbers_as_the_draft_writes_them(
 ) -> None:
     # The IETF fields of any decision, one item a policy, checked against the draft's
     # rules written out here: r clamped to an sf-integer, t rounded up (0 for none, NaN,
-    # infinite or negative; at most 15 digits), no t for an in-flight policy with none.
+    # infinite or negative; at most 15 digits), no t for an in-flight policy with no wait.
     decision = Decision.of(tuple(statuses))
     headers = dict(HeaderRenderer("ietf").render(decision))
 
@@ -289,7 +289,7 @@ def test_every_policy_states_its_own_numbers_as_the_draft_writes_them(
         printable = "".join(c if " " <= c <= "~" else "?" for c in status.name)
         name = '"' + printable.replace("\\", "\\\\").replace('"', '\\"') + '"'
         r = max(0, min(999_999_999_999_999, status.remaining))
-        if isinstance(status.limit, InFlight) and not status.next_after:
+        if isinstance(status.limit, InFlight) and not whole(status.next_after):
             return f"{name};r={r}"
         return f"{name};r={r};t={whole(status.next_after)}"
 
