@@ -45,6 +45,9 @@ local floor, ceil, fmod, huge = math.floor, math.ceil, math.fmod, math.huge
 
 local tostring, sub, match, format = tostring, string.sub, string.match, string.format
 local pack, unpack_struct = struct.pack, struct.unpack
+-- Globals read once: a global costs a table lookup a use (redis.call two).
+local tonumber, type, unpack, error = tonumber, type, unpack, error
+local redis_call, redis_pcall = redis.call, redis.pcall
 
 -- The exact text of a number (what %.17g writes), for the sliding log's entries. Writing
 -- numbers is costly inside Redis (string.format about 1.2 us a call, tostring about 0.35 us),
@@ -827,7 +830,7 @@ end
 -- field was new (c[20]). Nil when the stored value is not an integer (it is then read);
 -- any other error (an ACL without +hincrby) is raised as redis.call raises it.
 local function count_ahead(c, hash, field, step)
-  local n = redis.pcall('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
+  local n = redis_pcall('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
   if type(n) == 'table' then
     if string.find(n.err, 'not an integer', 1, true) then return nil end
     error(n)
@@ -839,8 +842,8 @@ end
 local function uncount(c)
   local hash, field = c[14], c[9]
   local step = -c[18]
-  if redis.call('HINCRBY', hash, field, INCREMENTS[step] or increment(step)) == 0 then
-    redis.call('HDEL', hash, field)  -- it was not there (or held nothing): as it was
+  if redis_call('HINCRBY', hash, field, INCREMENTS[step] or increment(step)) == 0 then
+    redis_call('HDEL', hash, field)  -- it was not there (or held nothing): as it was
   end
 end
 
@@ -862,7 +865,7 @@ local function load(c, now, ahead, counting)
       if count == 0 then return nil, nil, nil, home end
     end
     if not count then
-      local raw = redis.call('HGET', home, field)
+      local raw = redis_call('HGET', home, field)
       if not raw then return nil, nil, nil, home end
       count = count_of(raw)
     end
@@ -881,7 +884,7 @@ local function load(c, now, ahead, counting)
       if pair == 0 then pair = nil end  -- nothing in this window yet
     end
     if not counted then
-      local raw = redis.call('HGET', home, field)
+      local raw = redis_call('HGET', home, field)
       pair = raw and (tonumber(raw) or raw)
     end
     if pair then
@@ -894,14 +897,14 @@ local function load(c, now, ahead, counting)
       return state, nil, nil, home
     end
     -- The window's first request: the previous window's count.
-    local raw = redis.call('HGET', hash_of(key, window - 1), field)
+    local raw = redis_call('HGET', hash_of(key, window - 1), field)
     if not raw then return nil, nil, nil, home end
     local state = c[16]
     state[1], state[2], state[3] = window, 0, (pair_of(raw, amount))
     return state, nil, nil, home
   end
   if code == LOG then
-    local raw = redis.call('LRANGE', key, 0, -1)
+    local raw = redis_call('LRANGE', key, 0, -1)
     if #raw == 0 then return nil end
     local entries = {}
     for i, item in ipairs(raw) do
@@ -921,7 +924,7 @@ local function load(c, now, ahead, counting)
   for n = g + ahead, g - 1, -1 do
     local hash = hash_of(key, n)
     if n == g then home = hash end
-    local raw = redis.call('HGET', hash, field)
+    local raw = redis_call('HGET', hash, field)
     if raw then
       return bucket_state(raw, code, amount, period, burst, n * length, c[7], c[16]), hash, n,
              home
@@ -984,17 +987,17 @@ local function store_log(key, state, ms)
     if index ~= state.orig - #kept + j then suffix = false break end
   end
   if not suffix or #kept == 0 then
-    redis.call('DEL', key)
+    redis_call('DEL', key)
     added = {}
     for _, entry in ipairs(state.entries) do added[#added + 1] = log_item(entry) end
   elseif #kept < state.orig then
-    redis.call('LTRIM', key, state.orig - #kept, -1)
+    redis_call('LTRIM', key, state.orig - #kept, -1)
   end
   -- In slices: unpack() of thousands of values would overflow Lua's C stack.
   for first = 1, #added, 1000 do
-    redis.call('RPUSH', key, unpack(added, first, math.min(first + 999, #added)))
+    redis_call('RPUSH', key, unpack(added, first, math.min(first + 999, #added)))
   end
-  redis.call('PEXPIRE', key, ms)
+  redis_call('PEXPIRE', key, ms)
 end
 
 -- Write what a passing hit leaves in `hash`, the one of its window or of the current
@@ -1024,20 +1027,20 @@ local function store(c, state, ttl, now, margin_ms, found, hash)
     ends = (g + 2) * length
     value = bucket_value(code, state, amount, period, burst, g * length, c[7])
   end
-  local new = e[20]  -- counted ahead into a field that was not there
-  if value and redis.call('HSET', hash, field, value) == 1 then new = true end
+  local new = e[18] and e[20]  -- counted ahead into a field that was not there
+  if value and redis_call('HSET', hash, field, value) == 1 then new = true end
   -- (Past 2^53 us, 285 years, a hash is kept without an expiry.)
   if new and ends - now < EXACT then
-    redis.call('PEXPIRE', hash, format('%d', ceil((ends - now) / 1000) + margin_ms))
+    redis_call('PEXPIRE', hash, format('%d', ceil((ends - now) / 1000) + margin_ms))
   end
-  if found and found ~= hash then redis.call('HDEL', found, field) end
+  if found and found ~= hash then redis_call('HDEL', found, field) end
 end
 
 -- Give back a hit's cost at the instant of the hit (now), where its state is now.
 local function refund(c, now)
   local key, code, amount, period, burst, cost, field = c[1], c[2], c[3], c[4], c[5], c[6], c[9]
   if code == LOG then
-    redis.call('LREM', key, -1, log_item({now, cost}))
+    redis_call('LREM', key, -1, log_item({now, cost}))
     return
   end
   if code == 1 or code == 3 then
@@ -1045,19 +1048,19 @@ local function refund(c, now)
     -- that count as its previous one.
     local window = floordiv(now, period)
     local hash = hash_of(key, window)
-    local raw = redis.call('HGET', hash, field)
+    local raw = redis_call('HGET', hash, field)
     if raw and code == 1 then
-      redis.call('HSET', hash, field, count_value(count_of(raw) - cost))
+      redis_call('HSET', hash, field, count_value(count_of(raw) - cost))
     elseif raw then
       local current, previous = pair_of(raw, amount)
-      redis.call('HSET', hash, field, pair_value(current - cost, previous, amount))
+      redis_call('HSET', hash, field, pair_value(current - cost, previous, amount))
     end
     if code == 3 then
       hash = hash_of(key, window + 1)
-      raw = redis.call('HGET', hash, field)
+      raw = redis_call('HGET', hash, field)
       if raw then
         local current, previous = pair_of(raw, amount)
-        redis.call('HSET', hash, field, pair_value(current, previous - cost, amount))
+        redis_call('HSET', hash, field, pair_value(current, previous - cost, amount))
       end
     end
     return
@@ -1082,7 +1085,7 @@ local function refund(c, now)
     state[1] = math.max(0, state[1] - scaled_cost(cost, period))
   end
   local start = n * generation(amount, period, burst)
-  redis.call('HSET', found, field, bucket_value(code, state, amount, period, burst, start, c[7]))
+  redis_call('HSET', found, field, bucket_value(code, state, amount, period, burst, start, c[7]))
 end
 
 -- Blocks (Block in backends/_protocol.py; MemoryBackend._start_blocks does the same) ---------
@@ -1094,7 +1097,7 @@ local block_cache  -- per call (set in main: a function library's definitions ou
 local function block_of(key)
   local found = block_cache[key]
   if not found then
-    local raw = redis.call('GET', key)
+    local raw = redis_call('GET', key)
     local until_us, violations = 0, 0
     if raw then
       local u, v, f = match(raw, '^(%d+) (%d+) (%d+)$')
@@ -1134,7 +1137,7 @@ local function start_blocks(checks, outcomes, now, margin_ms)
           local durations = c[8][3]
           until_us = now + durations[math.min(violations, #durations)]
           local expires = math.max(until_us, now + c[8][2])
-          redis.call('SET', key, format('%d %d %d', until_us, violations, expires), 'PX',
+          redis_call('SET', key, format('%d %d %d', until_us, violations, expires), 'PX',
                      ceil((expires - now) / 1000) + margin_ms)
           started[key] = until_us
         end
@@ -1154,7 +1157,7 @@ local mode, want, margin_ms, clock, n, field1, code1, amount1, period1, burst1, 
 local now
 if clock < 0 then
   -- Writes after TIME are safe: Redis >= 5 replicates a script's effects, not the script.
-  local t = redis.call('TIME')
+  local t = redis_call('TIME')
   -- The seconds change once a second: their value is remembered, so that a call reads
   -- one number (tonumber: about 1,800 instructions), not two.
   local seconds = SECONDS[t[1]]
@@ -1197,9 +1200,7 @@ for i = 1, n do
   end
   c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8] = KEYS[i], code, amount, period, burst, cost,
                                                    code >= 4 and burst * period >= EXACT, false
-  c[9], c[10], c[11], c[12], c[13], c[14], c[15] = field, false, false, false, false, false,
-                                                   false
-  c[18], c[19], c[20] = false, false, false  -- see count_ahead
+  c[9], c[18] = field, false  -- (c[10] to c[15] are set below; c[18]: see count_ahead)
   checks[i] = c
   if block then  -- its key follows the checks' keys
     blocks = blocks + 1
@@ -1237,7 +1238,7 @@ for i = 1, n do
   end
   if e == c then
     local state, found, _, home = load(c, now, 0, counting)
-    c[11], c[12], c[13], c[14] = state, state, found, home
+    c[11], c[12], c[13], c[14], c[15] = state, state, found, home, false
   end
   c[10] = e
   local outcome = outcomes[i]
