@@ -1291,35 +1291,30 @@ local states = want_state and not all_allowed
 -- may be big integers (tables), which go as text below. When every check passes with no
 -- wait and no delay (the commonest reply by far), four numbers a check say it all.
 local whole, short = true, all_allowed
+local values = VALUES  -- the short reply's numbers, gathered on the way
+local at = 2
 for i = 1, n do
   local o = outcomes[i]
+  local remaining, reset, retry, delay, ttl, more = o[2], o[3], o[4], o[5], o[7], o[8] or 0
   if checks[i][7] then
-    if type(o[3]) == 'table' or type(o[4]) == 'table' or type(o[5]) == 'table'
-        or type(o[7]) == 'table' or type(o[8]) == 'table' then
+    if type(reset) == 'table' or type(retry) == 'table' or type(delay) == 'table'
+        or type(ttl) == 'table' or type(more) == 'table' then
       whole = false
       break
     end
   end
-  if o[2] % 1 ~= 0 or o[3] % 1 ~= 0 or o[4] % 1 ~= 0 or o[5] % 1 ~= 0 or o[7] % 1 ~= 0
-      or (o[8] or 0) % 1 ~= 0 then
+  if remaining % 1 ~= 0 or reset % 1 ~= 0 or retry % 1 ~= 0 or delay % 1 ~= 0 or ttl % 1 ~= 0
+      or more % 1 ~= 0 then
     whole = false
     break
   end
-  if o[4] ~= 0 or o[5] ~= 0 then short = false end
+  if retry ~= 0 or delay ~= 0 then short = false end
+  values[at + 1], values[at + 2], values[at + 3], values[at + 4] = remaining, reset, ttl, more
+  at = at + 4
 end
 if whole and short then  -- flags 1 + 2 + 8; remaining, reset_us, ttl_us, next_us a check
-  if n == 1 then
-    local o = outcomes[1]
-    return pack('<ddi8i8i8i8', now, 11, o[2], o[3], o[7], o[8] or 0)
-  end
-  local values = VALUES
+  if n == 1 then return pack('<ddi8i8i8i8', now, 11, values[3], values[4], values[5], values[6]) end
   values[1], values[2] = now, 11
-  local at = 2
-  for i = 1, n do
-    local o = outcomes[i]
-    values[at + 1], values[at + 2], values[at + 3], values[at + 4] = o[2], o[3], o[7], o[8] or 0
-    at = at + 4
-  end
   local layout = SHORT_LAYOUTS[n]
   if not layout then
     layout = '<dd' .. string.rep('i8', 4 * n)
