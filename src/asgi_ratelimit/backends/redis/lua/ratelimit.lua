@@ -1291,7 +1291,7 @@ local states = want_state and not all_allowed
 -- may be big integers (tables), which go as text below. When every check passes with no
 -- wait and no delay (the commonest reply by far), four numbers a check say it all.
 local whole, short = true, all_allowed
-local values = VALUES  -- the short reply's numbers, gathered on the way
+local values = VALUES  -- the short reply's numbers (several checks), gathered on the way
 local at = 2
 for i = 1, n do
   local o = outcomes[i]
@@ -1309,11 +1309,16 @@ for i = 1, n do
     break
   end
   if retry ~= 0 or delay ~= 0 then short = false end
-  values[at + 1], values[at + 2], values[at + 3], values[at + 4] = remaining, reset, ttl, more
-  at = at + 4
+  if n > 1 then
+    values[at + 1], values[at + 2], values[at + 3], values[at + 4] = remaining, reset, ttl, more
+    at = at + 4
+  end
 end
 if whole and short then  -- flags 1 + 2 + 8; remaining, reset_us, ttl_us, next_us a check
-  if n == 1 then return pack('<ddi8i8i8i8', now, 11, values[3], values[4], values[5], values[6]) end
+  if n == 1 then
+    local o = outcomes[1]
+    return pack('<ddi8i8i8i8', now, 11, o[2], o[3], o[7], o[8] or 0)
+  end
   values[1], values[2] = now, 11
   local layout = SHORT_LAYOUTS[n]
   if not layout then
