@@ -381,6 +381,15 @@ def test_reply_decoding_of_fractions_infinity_and_states() -> None:
         (True, 2, 1, 3, 0, 7, None, 9, 5),
     ]
     assert all(type(x) is int for o in outcomes for x in o[2:6]) and parsed == [None, None]
+    # Every check passed with no wait and no delay (flags 1 + 2 + 8): four integers a check.
+    short = struct.pack("<2d", 1_763_000_000_123_456, 1 + 2 + 8)
+    short += struct.pack("<8q", 4, 12_000_000, 12_000_000, 3, 1, 3, 7, 9)
+    _, outcomes, parsed = decode(short, checks)
+    assert [tuple(o) for o in outcomes] == [
+        (True, 5, 4, 12_000_000, 0, 0, None, 12_000_000, 3),
+        (True, 2, 1, 3, 0, 0, None, 7, 9),
+    ]
+    assert all(type(x) is int for o in outcomes for x in o[2:6]) and parsed == [None, None]
     # ... and the states after them, when asked for, each after its length.
     states_sent = struct.pack("<d", 0) + struct.pack("<d", 12) + b"29383333 1 0"
     _, _, parsed = decode(whole + states_sent, checks)
@@ -422,7 +431,7 @@ async def test_lua_number_text_is_exactly_percent_17g(redis_client: aioredis.Red
 @pytest.mark.redis
 async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix: str) -> None:
     # What makes the hot path fast: one call, one argument (head, fields and checks), one
-    # binary string back (no states when every check passes).
+    # binary string back (when every check passes: no states, and four numbers a check).
     async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
         limits = [Limit("10/second"), Limit("100/minute"), Limit("1000/day", algorithm="gcra")]
         checks = [Check("user:1", limit) for limit in limits]
@@ -433,7 +442,7 @@ async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix
         names = script_keys(checks, keys)
         reply = await client.evalsha(SCRIPT_SHA, len(names), *names, *args)  # type: ignore[misc]
         await client.aclose()
-        assert isinstance(reply, bytes) and len(reply) == 8 * (2 + 7 * len(checks))
+        assert isinstance(reply, bytes) and len(reply) == 8 * (2 + 4 * len(checks))
         _, outcomes, _ = decode(reply, checks)
         assert [(o.allowed, o.remaining) for o in outcomes] == [(True, 9), (True, 99), (True, 999)]
         assert [(o.allowed, o.remaining) for o in await backend.hit(checks)] == [

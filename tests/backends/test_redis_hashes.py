@@ -107,3 +107,34 @@ async def test_a_refund_finds_a_state_moved_on_since_its_hit(
     expected = [o._replace(state=None) for o in await memory.peek(check)]
     assert await backend.peek(check) == expected
     assert expected[0].remaining == 3  # 0.6 of the second hit's unit is left
+
+
+@pytest.mark.parametrize("kind", ["fixed_window", "sliding_window_counter"])
+async def test_a_refused_hit_of_a_window_leaves_every_hash_as_it_was(
+    backend: RedisBackend, redis_client: aioredis.Redis, kind: str
+) -> None:
+    # A whole cost of a window is counted (HINCRBY) before it is decided: a hit refused by
+    # its own limit, by another limit of the request, or never possible, gives it all back.
+    full = Limit("2/minute", algorithm=kind)
+    other = Limit("5/minute", algorithm=kind)
+
+    async def stored() -> dict[bytes, tuple[dict[bytes, bytes], bool]]:
+        raw = {}
+        for identity in ("a", "b"):
+            for limit in (full, other):
+                for name in await state_keys(redis_client, backend, identity, limit):
+                    expires = await redis_client.pttl(name) > 0
+                    raw[name] = (await redis_client.hgetall(name), expires)  # type: ignore[misc]
+        return raw
+
+    assert all(o.allowed for o in await backend.hit([Check("a", full), Check("a", other)] * 2))
+    before = await stored()
+    assert len(before) == 2 and all(expires for _, expires in before.values())
+    outcomes = await backend.hit([Check("a", other), Check("a", full)])
+    assert [o.allowed for o in outcomes] == [True, False]
+    [alone] = await backend.hit([Check("a", full)])
+    [never] = await backend.hit([Check("b", full, 3)])  # more than the limit: never passes
+    assert not alone.allowed and not never.allowed
+    assert await stored() == before
+    [left] = await backend.peek([Check("a", other)])
+    assert left.remaining == 3

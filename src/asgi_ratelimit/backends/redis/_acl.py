@@ -21,7 +21,7 @@ COMMANDS: tuple[str, ...] = (
     # the script: a Redis 7 function, else by EVALSHA (EVAL after a flush); leases by EVAL
     "fcall", "function|load", "evalsha", "eval", "script|load",
     # what the scripts run: limits and blocks, then in-flight leases
-    "time", "get", "set", "del", "pexpire", "lrange", "rpush", "ltrim", "lrem",
+    "time", "get", "set", "del", "pexpire", "hincrby", "lrange", "rpush", "ltrim", "lrem",
     "zadd", "zcard", "zrange", "zremrangebyscore", "zrem",
     # live overrides and their poll; resets
     "hget", "hgetall", "hset", "hdel", "incr", "scan",

@@ -120,6 +120,14 @@ def _reply_layout(checks: int, whole: bool) -> struct.Struct:
     return struct.Struct(f"<{7 * checks}{'q' if whole else 'd'}")
 
 
+@functools.lru_cache(maxsize=64)
+def _short_layout(checks: int) -> struct.Struct:
+    """Four integers per check: a reply where every check passed with no wait or delay."""
+    return struct.Struct(f"<{4 * checks}q")
+
+
+#: The flags of that reply: all allowed (1), integers (2), four numbers a check (8).
+_SHORT = 11.0
 _LENGTH = struct.Struct("<d")
 
 
@@ -203,6 +211,27 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
     if not isinstance(reply, bytes):
         raise TypeError(f"the script's reply must be read undecoded (bytes), got {reply!r:.80}")
     now, flags = _HEAD.unpack_from(reply)
+    if flags == _SHORT:  # every check passed with no wait and no delay: four integers each
+        passed = _short_layout(len(checks)).unpack_from(reply, _HEAD.size)
+        passing: list[Outcome] = []
+        at = 0
+        for check in checks:
+            # remaining, reset_us, ttl_us, next_us
+            passing.append(
+                Outcome(
+                    True,
+                    check.limit.burst,
+                    passed[at],
+                    passed[at + 1],
+                    0,
+                    0,
+                    None,
+                    passed[at + 2],
+                    passed[at + 3],
+                )
+            )
+            at += 4
+        return int(now), passing, [None] * len(checks)
     if flags >= 4:  # a number past 2^53 (a big limit's times): text
         texts, offset = _decode_text(reply, checks)
         return int(now), texts, _states(reply, offset, checks, int(now))

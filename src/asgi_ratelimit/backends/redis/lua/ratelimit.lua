@@ -27,7 +27,9 @@
 --             makes a Lua string and a table slot of each (about 1,000 instructions).
 -- returns   - one binary string: two doubles (struct "<dd"): now_us and flags (1: all
 --             allowed; 2: the numbers that follow are integers; 4: a number passes 2^53,
---             and all are sent as text after its length: "n n n n n n n;..."), then seven
+--             and all are sent as text after its length: "n n n n n n n;..."; 8, with 1
+--             and 2: every check passes with no wait and no delay, and four integers a
+--             check follow: remaining, reset_us, ttl_us, next_us), else seven
 --             numbers per check, eight-byte integers ("<i8", when every one is whole) or
 --             doubles: allowed (1/0), remaining, reset_us, retry_us (inf if it can never
 --             pass), delay_us, ttl_us, next_us (until more quota than remaining, when
@@ -42,7 +44,10 @@
 local floor, ceil, fmod, huge = math.floor, math.ceil, math.fmod, math.huge
 
 local tostring, sub, match, format = tostring, string.sub, string.match, string.format
-local pack, unpack_struct, byte = struct.pack, struct.unpack, string.byte
+local pack, unpack_struct = struct.pack, struct.unpack
+-- Globals read once: a global costs a table lookup a use (redis.call two).
+local tonumber, type, unpack, error = tonumber, type, unpack, error
+local redis_call, redis_pcall = redis.call, redis.pcall
 
 -- The exact text of a number (what %.17g writes), for the sliding log's entries. Writing
 -- numbers is costly inside Redis (string.format about 1.2 us a call, tostring about 0.35 us),
@@ -79,8 +84,18 @@ local function fmt(x)
   return written(x)
 end
 
--- Python's float floor division (Objects/floatobject.c): exact, unlike floor(a / b).
+-- Python's float floor division (Objects/floatobject.c): exact, unlike floor(a / b). The
+-- usual arguments (times, periods, scaled levels) are integers below 2^52: for them Lua's
+-- own a % b (a - floor(a / b) * b, no function call) is exact but when a / b rounds across
+-- an integer, and then off by b, which is put back; the quotient (a - m) / b is exact.
+local HALF = 2^52
+
 local function floordiv(a, b)
+  if b > 0 and a % 1 == 0 and b % 1 == 0 and a < HALF and a > -HALF and b < HALF then
+    local m = a % b
+    if m < 0 then m = m + b elseif m >= b then m = m - b end
+    return (a - m) / b
+  end
   local mod = fmod(a, b)
   local div = (a - mod) / b
   if mod ~= 0 and ((b < 0) ~= (mod < 0)) then
@@ -96,16 +111,26 @@ local function floordiv(a, b)
   return 0
 end
 
+-- ceil(x) for x > 0 in the interpreter's own operations (x % 1 is its fraction): a call of
+-- math.ceil costs a few hundred instructions inside Redis, and these run on every check.
 local function ceil_div(n, d)
   if n <= 0 then
     return 0
   end
-  return ceil(n / d)
+  local q = n / d
+  local whole = q - q % 1
+  if whole < q then return whole + 1 end
+  if whole ~= whole then return q end  -- q infinite: inf % 1 is not a number
+  return whole
 end
 
 -- algorithms/base.py scaled_cost: cost * scale in whole units, rounded up.
 local function scaled_cost(cost, scale)
-  return ceil(cost * scale)
+  local x = cost * scale
+  local whole = x - x % 1
+  if whole < x then return whole + 1 end
+  if whole ~= whole then return x end
+  return whole
 end
 
 -- Exact integers past 2^53 ------------------------------------------------------------------
@@ -343,8 +368,9 @@ end
 -- previous is a Python float: the same double operations as here.
 local function estimate(current, previous, elapsed, period)
   local product = previous * (period - elapsed)
-  if product < EXACT or previous ~= floor(previous) then
-    return current + floor(product / period)
+  if product < EXACT or previous % 1 ~= 0 then
+    local q = product / period
+    return current + (q - q % 1)  -- floor(q): x % 1 is x's fraction, and no call
   end
   local q, r = divmod_big(mul(big(previous), big(period - elapsed)), period)
   q = num(q)  -- at most previous: exact
@@ -377,7 +403,8 @@ end
 
 local function guess_at(allowance, count, period)
   if count < 1 then return 0 end
-  return floor(period - (floor(allowance) + 1) * period / count) + 1
+  local x = period - (allowance - allowance % 1 + 1) * period / count
+  return x - x % 1 + 1  -- (floor(x) + 1, as in estimate)
 end
 
 -- Microseconds until a request of cost passes (cost <= amount - estimate).
@@ -420,10 +447,10 @@ end
 -- Microseconds until more than remaining is left (algorithms/sliding_window_counter.py
 -- _more_quota_in): a closed form for whole counts, checked at e and e - 1, else the search.
 local function more_quota_in(remaining, amount, current, previous, elapsed, period)
-  local wanted = floor(remaining) + 1
+  local wanted = remaining - remaining % 1 + 1  -- (floor(x) is x - x % 1, as in estimate)
   if wanted > amount then return 0 end
-  if current == floor(current) and previous == floor(previous) and remaining == wanted - 1 then
-    local weight = floor(amount - remaining) - current
+  if current % 1 == 0 and previous % 1 == 0 and remaining == wanted - 1 then
+    local weight = amount - remaining - (amount - remaining) % 1 - current
     if weight >= 1 then
       local at
       if weight * period < EXACT then
@@ -644,7 +671,7 @@ end
 local DECIDE_BIG = {[4] = token_bucket_big, [5] = gcra_big, [6] = leaky_bucket_big}
 
 local LOG = 2
-local LAYOUTS = {}  -- checks -> the struct layout of a whole reply
+local LAYOUTS, SHORT_LAYOUTS = {}, {}  -- checks -> the struct layout of a whole reply
 -- A check's table and its outcome's, by position, kept from call to call and refilled (a
 -- function library's definitions outlive calls): a table a call makes costs about 1,000
 -- instructions with its share of garbage collection. An outcome is the deciders' eight
@@ -653,9 +680,9 @@ local LAYOUTS = {}  -- checks -> the struct layout of a whole reply
 local CHECKS, OUTCOMES = {}, {}
 local VALUES = {}  -- the numbers of a reply of integers, refilled the same way
 local HIT, REFUND = 1, 3  -- the modes (2: peek)
--- A call's checks, and the first check of each state when a call has several, kept from
--- call to call like CHECKS (a table a call makes costs it about 1,000 instructions).
-local CALL_CHECKS, SEEN = {}, {}
+-- A call's checks, kept from call to call like CHECKS (a table a call makes costs it about
+-- 1,000 instructions).
+local CALL_CHECKS = {}
 local SECONDS, seconds_kept = {}, 0  -- TIME's seconds (text) -> microseconds
 
 -- storage ------------------------------------------------------------------------------------
@@ -691,7 +718,7 @@ end
 -- again, at most burst * period / amount), so a state written in generation g is over
 -- before g + 2 begins and a read looks in g and g - 1 only.
 local function generation(amount, period, burst)
-  return ceil(burst * period / amount) + 1
+  return ceil_div(burst * period, amount) + 1
 end
 
 -- A count of the windowed kinds: an integer (Redis keeps it in the hash as one, in a few
@@ -701,9 +728,11 @@ local function count_value(n)
   return '\0' .. pack('<d', n)
 end
 
+-- (tonumber of a NUL and binary is nil: checked after it, not with a call before.)
 local function count_of(raw)
-  if byte(raw, 1) == 0 then return (unpack_struct('<d', raw, 2)) end
-  return tonumber(raw)
+  local n = tonumber(raw)
+  if n then return n end
+  return (unpack_struct('<d', raw, 2))
 end
 
 -- The sliding window counter's field: the window's count, and a copy of the previous
@@ -733,11 +762,10 @@ local function divmod(v, m)
 end
 
 local function pair_of(raw, amount)
-  if byte(raw, 1) == 0 then
-    local current, previous = unpack_struct('<dd', raw, 2)
-    return current, previous
-  end
-  return divmod(tonumber(raw), amount + 1)
+  local n = tonumber(raw)
+  if n then return divmod(n, amount + 1) end
+  local current, previous = unpack_struct('<dd', raw, 2)
+  return current, previous
 end
 
 -- A bucket kind's field in the hash of the generation that starts at `start`: the scaled
@@ -762,53 +790,121 @@ local function bucket_state(raw, code, amount, period, burst, start, is_big_chec
   if is_big_check then
     local number, at = match(raw, '^(%d+) (%-?%d+)$')
     into[1], into[2] = big_of_text(number), tonumber(at)
-  elseif byte(raw, 1) == 0 then
+    return into
+  end
+  local v = tonumber(raw)
+  if not v then  -- a NUL and doubles
     into[1], into[2] = unpack_struct('<dd', raw, 2)
+    return into
+  end
+  -- The backlog at NOW; zero once drained, which decides exactly like no state.
+  local rel = v - (NOW - start) * amount
+  if rel < 0 then rel = 0 end
+  if code == 4 then  -- refilled up to NOW
+    into[1], into[2] = burst * period - rel, NOW
   else
-    -- The backlog at NOW; zero once drained, which decides exactly like no state.
-    local rel = tonumber(raw) - (NOW - start) * amount
-    if rel < 0 then rel = 0 end
-    if code == 4 then  -- refilled up to NOW
-      into[1], into[2] = burst * period - rel, NOW
-    else
-      into[1], into[2] = rel, NOW
-    end
+    into[1], into[2] = rel, NOW
   end
   return into
+end
+
+-- The text of a whole number given to HINCRBY, remembered like NUMBERS' (redis.call writes
+-- a number with %.17g, about as costly as string.format).
+local INCREMENTS, increments_kept = {}, 0
+local function increment(n)
+  local text = INCREMENTS[n]
+  if not text then
+    if increments_kept >= 64 then INCREMENTS, increments_kept = {}, 0 end
+    text = format('%d', n)
+    INCREMENTS[n] = text
+    increments_kept = increments_kept + 1
+  end
+  return text
+end
+
+-- Count a hit of the windowed kinds before deciding it: one HINCRBY of `step` where an HGET
+-- and an HSET were, its result less the step being what was there. Only where that is exact
+-- (a whole cost, an integer stored, every sum below 2^53) and nothing but this check's own
+-- limit can refuse the hit later in this function (no block); a hit refused after all is
+-- given back (uncount). The check keeps the step (c[18]), the result (c[19]) and whether the
+-- field was new (c[20]). Nil when the stored value is not an integer (it is then read);
+-- any other error (an ACL without +hincrby) is raised as redis.call raises it.
+local function count_ahead(c, hash, field, step)
+  local n = redis_pcall('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
+  if type(n) == 'table' then
+    if string.find(n.err, 'not an integer', 1, true) then return nil end
+    error(n)
+  end
+  c[18], c[19], c[20] = step, n, n == step
+  return n - step
+end
+
+local function uncount(c)
+  local hash, field = c[14], c[9]
+  local step = -c[18]
+  if redis_call('HINCRBY', hash, field, INCREMENTS[step] or increment(step)) == 0 then
+    redis_call('HDEL', hash, field)  -- it was not there (or held nothing): as it was
+  end
 end
 
 -- A check's state at now (nil when absent); for the bucket kinds the hash it was found in
 -- and that generation's number; and the hash a hit at now writes it to. The bucket kinds
 -- look in the current generation and the previous one, from `ahead` generations on (a
--- refund, made at the instant of its hit, may find the state moved forward since).
-local function load(c, now, ahead)
+-- refund, made at the instant of its hit, may find the state moved forward since), and keep
+-- the generations' length and the current one's number for the write (c[21], c[22]).
+-- `counting`: a hit, whose windowed checks may be counted ahead (see count_ahead).
+local function load(c, now, ahead, counting)
   local key, code, amount, period, burst, field = c[1], c[2], c[3], c[4], c[5], c[9]
   if code == 1 then
     local window = floordiv(now, period)
     local home = hash_of(key, window)
-    local raw = redis.call('HGET', home, field)
-    if not raw then return nil, nil, nil, home end
+    local cost = c[6]
+    local count
+    if counting and not c[8] and cost > 0 and cost % 1 == 0 and amount + cost < EXACT then
+      count = count_ahead(c, home, field, cost)
+      if count == 0 then return nil, nil, nil, home end
+    end
+    if not count then
+      local raw = redis_call('HGET', home, field)
+      if not raw then return nil, nil, nil, home end
+      count = count_of(raw)
+    end
     local state = c[16]
-    state[1], state[2], state[3] = window, count_of(raw), nil
+    state[1], state[2], state[3] = window, count, nil
     return state, nil, nil, home
   end
   if code == 3 then
     local window = floordiv(now, period)
     local home = hash_of(key, window)
-    local raw = redis.call('HGET', home, field)
-    if raw then
+    local cost, m = c[6], amount + 1
+    local pair, counted  -- what the field holds: a number, a NUL and doubles, or nil
+    if counting and not c[8] and cost > 0 and cost % 1 == 0 and (m + cost) * m < EXACT then
+      pair = count_ahead(c, home, field, cost * m)
+      counted = pair ~= nil
+      if pair == 0 then pair = nil end  -- nothing in this window yet
+    end
+    if not counted then
+      local raw = redis_call('HGET', home, field)
+      pair = raw and (tonumber(raw) or raw)
+    end
+    if pair then
       local state = c[16]
-      state[1], state[2], state[3] = window, pair_of(raw, amount)
+      if type(pair) == 'number' then
+        state[1], state[2], state[3] = window, divmod(pair, m)
+      else
+        state[1], state[2], state[3] = window, pair_of(pair, amount)
+      end
       return state, nil, nil, home
     end
-    raw = redis.call('HGET', hash_of(key, window - 1), field)
+    -- The window's first request: the previous window's count.
+    local raw = redis_call('HGET', hash_of(key, window - 1), field)
     if not raw then return nil, nil, nil, home end
     local state = c[16]
     state[1], state[2], state[3] = window, 0, (pair_of(raw, amount))
     return state, nil, nil, home
   end
   if code == LOG then
-    local raw = redis.call('LRANGE', key, 0, -1)
+    local raw = redis_call('LRANGE', key, 0, -1)
     if #raw == 0 then return nil end
     local entries = {}
     for i, item in ipairs(raw) do
@@ -823,11 +919,12 @@ local function load(c, now, ahead)
   end
   local length = generation(amount, period, burst)
   local g = floordiv(now, length)
+  c[21], c[22] = length, g
   local home
   for n = g + ahead, g - 1, -1 do
     local hash = hash_of(key, n)
     if n == g then home = hash end
-    local raw = redis.call('HGET', hash, field)
+    local raw = redis_call('HGET', hash, field)
     if raw then
       return bucket_state(raw, code, amount, period, burst, n * length, c[7], c[16]), hash, n,
              home
@@ -890,52 +987,60 @@ local function store_log(key, state, ms)
     if index ~= state.orig - #kept + j then suffix = false break end
   end
   if not suffix or #kept == 0 then
-    redis.call('DEL', key)
+    redis_call('DEL', key)
     added = {}
     for _, entry in ipairs(state.entries) do added[#added + 1] = log_item(entry) end
   elseif #kept < state.orig then
-    redis.call('LTRIM', key, state.orig - #kept, -1)
+    redis_call('LTRIM', key, state.orig - #kept, -1)
   end
   -- In slices: unpack() of thousands of values would overflow Lua's C stack.
   for first = 1, #added, 1000 do
-    redis.call('RPUSH', key, unpack(added, first, math.min(first + 999, #added)))
+    redis_call('RPUSH', key, unpack(added, first, math.min(first + 999, #added)))
   end
-  redis.call('PEXPIRE', key, ms)
+  redis_call('PEXPIRE', key, ms)
 end
 
 -- Write what a passing hit leaves in `hash`, the one of its window or of the current
 -- generation (the bucket kinds: moved there from `found`, the previous one, when it was read
 -- there). A hash gets its expiry with its first field: when the window is over (the sliding
 -- window counter: the next one too, which reads it), or two generations on.
+-- A count made ahead (count_ahead, by the check that read the state: c[10]) is written
+-- already unless another check of the same state counted too.
 local function store(c, state, ttl, now, margin_ms, found, hash)
   local key, code, amount, period, burst, field = c[1], c[2], c[3], c[4], c[5], c[9]
   if code == LOG then
     store_log(key, state, ceil(ttl / 1000) + margin_ms)
     return
   end
+  local e = c[10]
   local value, ends
   if code == 1 then
-    value, ends = count_value(state[2]), (state[1] + 1) * period
+    ends = (state[1] + 1) * period
+    if not (e[18] and e[19] == state[2]) then value = count_value(state[2]) end
   elseif code == 3 then
-    value, ends = pair_value(state[2], state[3], amount), (state[1] + 2) * period
+    ends = (state[1] + 2) * period
+    if not (e[18] and e[19] == state[2] * (amount + 1) + state[3]) then
+      value = pair_value(state[2], state[3], amount)
+    end
   else
-    local length = generation(amount, period, burst)
-    local g = floordiv(now, length)
+    local length, g = e[21], e[22]
     ends = (g + 2) * length
     value = bucket_value(code, state, amount, period, burst, g * length, c[7])
   end
+  local new = e[18] and e[20]  -- counted ahead into a field that was not there
+  if value and redis_call('HSET', hash, field, value) == 1 then new = true end
   -- (Past 2^53 us, 285 years, a hash is kept without an expiry.)
-  if redis.call('HSET', hash, field, value) == 1 and ends - now < EXACT then
-    redis.call('PEXPIRE', hash, format('%d', ceil((ends - now) / 1000) + margin_ms))
+  if new and ends - now < EXACT then
+    redis_call('PEXPIRE', hash, format('%d', ceil((ends - now) / 1000) + margin_ms))
   end
-  if found and found ~= hash then redis.call('HDEL', found, field) end
+  if found and found ~= hash then redis_call('HDEL', found, field) end
 end
 
 -- Give back a hit's cost at the instant of the hit (now), where its state is now.
 local function refund(c, now)
   local key, code, amount, period, burst, cost, field = c[1], c[2], c[3], c[4], c[5], c[6], c[9]
   if code == LOG then
-    redis.call('LREM', key, -1, log_item({now, cost}))
+    redis_call('LREM', key, -1, log_item({now, cost}))
     return
   end
   if code == 1 or code == 3 then
@@ -943,19 +1048,19 @@ local function refund(c, now)
     -- that count as its previous one.
     local window = floordiv(now, period)
     local hash = hash_of(key, window)
-    local raw = redis.call('HGET', hash, field)
+    local raw = redis_call('HGET', hash, field)
     if raw and code == 1 then
-      redis.call('HSET', hash, field, count_value(count_of(raw) - cost))
+      redis_call('HSET', hash, field, count_value(count_of(raw) - cost))
     elseif raw then
       local current, previous = pair_of(raw, amount)
-      redis.call('HSET', hash, field, pair_value(current - cost, previous, amount))
+      redis_call('HSET', hash, field, pair_value(current - cost, previous, amount))
     end
     if code == 3 then
       hash = hash_of(key, window + 1)
-      raw = redis.call('HGET', hash, field)
+      raw = redis_call('HGET', hash, field)
       if raw then
         local current, previous = pair_of(raw, amount)
-        redis.call('HSET', hash, field, pair_value(current, previous - cost, amount))
+        redis_call('HSET', hash, field, pair_value(current, previous - cost, amount))
       end
     end
     return
@@ -980,7 +1085,7 @@ local function refund(c, now)
     state[1] = math.max(0, state[1] - scaled_cost(cost, period))
   end
   local start = n * generation(amount, period, burst)
-  redis.call('HSET', found, field, bucket_value(code, state, amount, period, burst, start, c[7]))
+  redis_call('HSET', found, field, bucket_value(code, state, amount, period, burst, start, c[7]))
 end
 
 -- Blocks (Block in backends/_protocol.py; MemoryBackend._start_blocks does the same) ---------
@@ -992,7 +1097,7 @@ local block_cache  -- per call (set in main: a function library's definitions ou
 local function block_of(key)
   local found = block_cache[key]
   if not found then
-    local raw = redis.call('GET', key)
+    local raw = redis_call('GET', key)
     local until_us, violations = 0, 0
     if raw then
       local u, v, f = match(raw, '^(%d+) (%d+) (%d+)$')
@@ -1032,7 +1137,7 @@ local function start_blocks(checks, outcomes, now, margin_ms)
           local durations = c[8][3]
           until_us = now + durations[math.min(violations, #durations)]
           local expires = math.max(until_us, now + c[8][2])
-          redis.call('SET', key, format('%d %d %d', until_us, violations, expires), 'PX',
+          redis_call('SET', key, format('%d %d %d', until_us, violations, expires), 'PX',
                      ceil((expires - now) / 1000) + margin_ms)
           started[key] = until_us
         end
@@ -1044,11 +1149,15 @@ end
 
 -- main -----------------------------------------------------------------------------------------
 local arg = ARGV[1]
-local mode, want, margin_ms, clock, n = unpack_struct('<BBddd', arg)
+-- One check without a block (the commonest call, 74 bytes) is read with the head, in one
+-- struct.unpack: its field, then its five numbers.
+local one = #arg == 74
+local mode, want, margin_ms, clock, n, field1, code1, amount1, period1, burst1, cost1 =
+  unpack_struct(one and '<BBdddc8ddddd' or '<BBddd', arg)
 local now
 if clock < 0 then
   -- Writes after TIME are safe: Redis >= 5 replicates a script's effects, not the script.
-  local t = redis.call('TIME')
+  local t = redis_call('TIME')
   -- The seconds change once a second: their value is remembered, so that a call reads
   -- one number (tonumber: about 1,800 instructions), not two.
   local seconds = SECONDS[t[1]]
@@ -1058,7 +1167,7 @@ if clock < 0 then
     SECONDS[t[1]] = seconds
     seconds_kept = seconds_kept + 1
   end
-  now = seconds + tonumber(t[2])
+  now = seconds + t[2]  -- (arithmetic reads the text: tonumber's work, not its call)
 else
   now = clock
 end
@@ -1070,7 +1179,11 @@ for i = #checks, n + 1, -1 do checks[i] = nil end  -- a longer earlier call's
 local blocks = 0
 local at = 27 + 8 * n  -- the first check's, after the head and the fields
 for i = 1, n do
-  local code, amount, period, burst, cost = unpack_struct('<ddddd', arg, at)
+  local field, code, amount, period, burst, cost = field1, code1, amount1, period1, burst1, cost1
+  if not one then
+    code, amount, period, burst, cost = unpack_struct('<ddddd', arg, at)
+    field = sub(arg, 19 + 8 * i, 26 + 8 * i)
+  end
   at = at + 40
   local block = code > 16
   if block then code = code - 16 end
@@ -1087,8 +1200,7 @@ for i = 1, n do
   end
   c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8] = KEYS[i], code, amount, period, burst, cost,
                                                    code >= 4 and burst * period >= EXACT, false
-  c[9], c[10], c[11], c[12], c[13], c[14], c[15] = sub(arg, 19 + 8 * i, 26 + 8 * i), false,
-                                                   false, false, false, false, false
+  c[9], c[18] = field, false  -- (c[10] to c[15] are set below; c[18]: see count_ahead)
   checks[i] = c
   if block then  -- its key follows the checks' keys
     blocks = blocks + 1
@@ -1102,34 +1214,31 @@ end
 if blocks > 0 then block_cache = {} end
 
 if mode == REFUND then
-  for _, c in ipairs(checks) do refund(c, now) end
+  for i = 1, n do refund(checks[i], now) end
   return {now, 1}
 end
 
 -- The same state may be checked twice in one call: later checks see the earlier ones' new
--- state, and the last one that counts writes it.
-local seen = #checks > 1 and SEEN or nil
-if seen then  -- emptied here, not after: a call that failed half-way leaves it filled
-  for id in pairs(seen) do seen[id] = nil end
-end
+-- state, and the last one that counts writes it. The first check of a state (its hashes'
+-- name, one identity's limit, and its field: two identities of one bucket may check one
+-- limit) holds it; a call has a few checks, so a look back costs less than a table.
+local counting = mode == HIT
 local outcomes = OUTCOMES
 local all_allowed = true
-for i, c in ipairs(checks) do
+for i = 1, n do
+  local c = checks[i]
   local e = c
-  if seen then
-    -- By its hashes' name (one identity's limit), or with its field too when two
-    -- identities of one bucket check one limit (KEYS alike, fields not).
-    local id = c[1]
-    local first = seen[id]
-    if first and first[9] ~= c[9] then
-      id = id .. c[9]
-      first = seen[id]
+  local key, field = c[1], c[9]
+  for j = 1, i - 1 do
+    local d = checks[j]
+    if d[1] == key and d[9] == field then
+      e = d
+      break
     end
-    if first then e = first else seen[id] = c end
   end
   if e == c then
-    local state, found, _, home = load(c, now, 0)
-    c[11], c[12], c[13], c[14] = state, state, found, home
+    local state, found, _, home = load(c, now, 0, counting)
+    c[11], c[12], c[13], c[14], c[15] = state, state, found, home, false
   end
   c[10] = e
   local outcome = outcomes[i]
@@ -1153,14 +1262,17 @@ for i, c in ipairs(checks) do
 end
 
 if mode == HIT and all_allowed then
-  for i, c in ipairs(checks) do
+  for i = 1, n do
+    local c = checks[i]
     local e = c[10]
     if e[15] == i then store(c, outcomes[i][6], outcomes[i][7], now, margin_ms, e[13], e[14]) end
   end
 else
-  -- Nothing is counted (a peek, or a check refused the request): a check that would pass
-  -- reports what is left now, as a cost of 0 does.
-  for i, c in ipairs(checks) do
+  -- Nothing is counted (a peek, or a check refused the request): what was counted ahead is
+  -- given back, and a check that would pass reports what is left now, as a cost of 0 does.
+  for i = 1, n do
+    local c = checks[i]
+    if c[18] then uncount(c) end
     local o = outcomes[i]
     if o[1] and c[6] ~= 0 then
       o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8] =
@@ -1176,24 +1288,46 @@ local states = want_state and not all_allowed
 -- Every number whole (the usual case): eight-byte integers after the head, in one
 -- struct.pack (about 0.5k instructions a number; an array reply costs twice that, text
 -- more). x % 1 == 0 says whole without a call (false for infinity); a big check's numbers
--- may be big integers (tables), which go as text below.
-local whole = true
-for i = 1, #checks do
+-- may be big integers (tables), which go as text below. When every check passes with no
+-- wait and no delay (the commonest reply by far), four numbers a check say it all.
+local whole, short = true, all_allowed
+local values = VALUES  -- the short reply's numbers (several checks), gathered on the way
+local at = 2
+for i = 1, n do
   local o = outcomes[i]
+  local remaining, reset, retry, delay, ttl, more = o[2], o[3], o[4], o[5], o[7], o[8] or 0
   if checks[i][7] then
-    if type(o[3]) == 'table' or type(o[4]) == 'table' or type(o[5]) == 'table'
-        or type(o[7]) == 'table' or type(o[8]) == 'table' then
+    if type(reset) == 'table' or type(retry) == 'table' or type(delay) == 'table'
+        or type(ttl) == 'table' or type(more) == 'table' then
       whole = false
       break
     end
   end
-  if o[2] % 1 ~= 0 or o[3] % 1 ~= 0 or o[4] % 1 ~= 0 or o[5] % 1 ~= 0 or o[7] % 1 ~= 0
-      or (o[8] or 0) % 1 ~= 0 then
+  if remaining % 1 ~= 0 or reset % 1 ~= 0 or retry % 1 ~= 0 or delay % 1 ~= 0 or ttl % 1 ~= 0
+      or more % 1 ~= 0 then
     whole = false
     break
   end
+  if retry ~= 0 or delay ~= 0 then short = false end
+  if n > 1 then
+    values[at + 1], values[at + 2], values[at + 3], values[at + 4] = remaining, reset, ttl, more
+    at = at + 4
+  end
 end
-if whole and #checks == 1 then
+if whole and short then  -- flags 1 + 2 + 8; remaining, reset_us, ttl_us, next_us a check
+  if n == 1 then
+    local o = outcomes[1]
+    return pack('<ddi8i8i8i8', now, 11, o[2], o[3], o[7], o[8] or 0)
+  end
+  values[1], values[2] = now, 11
+  local layout = SHORT_LAYOUTS[n]
+  if not layout then
+    layout = '<dd' .. string.rep('i8', 4 * n)
+    SHORT_LAYOUTS[n] = layout
+  end
+  return pack(layout, unpack(values, 1, at))
+end
+if whole and n == 1 then
   local o = outcomes[1]
   local reply = pack('<ddi8i8i8i8i8i8i8', now, allowed + 2, o[1] and 1 or 0, o[2], o[3], o[4],
                      o[5], o[7], o[8] or 0)
@@ -1202,7 +1336,6 @@ if whole and #checks == 1 then
   return reply .. pack('<d', #raw) .. raw
 end
 if whole then
-  local n = #checks
   local values = VALUES
   values[1], values[2] = now, allowed + 2
   local at = 2
