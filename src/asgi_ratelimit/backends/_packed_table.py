@@ -328,11 +328,12 @@ class PackedTable:
         hashes = self._hashes
         values = self._values
         capacity = self._capacity
-        moved = 0
         # The records stay where they were: a lookup there only counts those from the
         # cursor on (see _take), and probes there keep ending where they ended.
-        pairs = zip(moving.hashes[start:end], moving.values[start:end], strict=True)
-        for hashed, value in pairs:
+        moving_hashes = moving.hashes[start:end]
+        # Moves fill removed slots but never make one: with none here now, none to count.
+        reuses = self._removed > 0
+        for hashed, value in zip(moving_hashes, moving.values[start:end], strict=True):
             if hashed:
                 # The first free slot of its probe: usually the first, which needs no step.
                 target = hashed % capacity
@@ -342,11 +343,11 @@ class PackedTable:
                         target += step
                         if target >= capacity:
                             target -= capacity
-                if values[target] == _REMOVED:
+                if reuses and values[target] == _REMOVED:
                     self._removed -= 1
                 hashes[target] = hashed
                 values[target] = value
-                moved += 1
+        moved = len(moving_hashes) - moving_hashes.count(0)  # (counted in C: a free slot's is 0)
         self._size += moved
         self._pending -= moved
         self.work += end - start
