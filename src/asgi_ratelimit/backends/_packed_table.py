@@ -396,12 +396,12 @@ def _probe(hashes: array[int], values: array[int], capacity: int, hashed: int) -
     """The slot that holds ``hashed``, or ``-2 - i`` where i is the first free one its
     probe passes (a removed record's, or the never-used one that ends it)."""
     index = hashed % capacity
+    stored = hashes[index]
+    if stored == hashed:  # (most lookups of a held key: no step to work out)
+        return index
     step = hashed % (capacity - 1) + 1
     free = -1
     while True:
-        stored = hashes[index]
-        if stored == hashed:
-            return index
         if not stored:
             if values[index] == _NEVER_USED:
                 return -2 - (index if free < 0 else free)
@@ -410,6 +410,9 @@ def _probe(hashes: array[int], values: array[int], capacity: int, hashed: int) -
         index += step
         if index >= capacity:
             index -= capacity
+        stored = hashes[index]
+        if stored == hashed:
+            return index
 
 
 def _capacity_for(size: int) -> int:
