@@ -133,10 +133,10 @@ def test_a_sweep_drops_what_expired_and_gives_its_memory_back() -> None:
         # Every fourth key holds a fraction: it is kept beside the records, and swept too.
         count = 0.5 if i % 4 == 0 else 1
         assert table.put(f"k{i}", (window, count), (window + 1) * second.period_us)
-    grown = len(table._slots)
+    grown = len(table._hashes)
     assert table.sweep(NOW) == (0, True)  # nothing expired yet: nothing to visit
     assert _sweep(table, NOW + 1_000_000) == 0
-    assert len(table) == 0 and len(table._slots) < grown // 50
+    assert len(table) == 0 and len(table._hashes) < grown // 50
     keep = PackedTable(FixedWindowRecord(hour), arity=2)
     keep.put("a", (NOW // hour.period_us, 1), NOW + 3_600_000_000)
     assert _sweep(keep, NOW + 1_000_000) == 1

@@ -6,4 +6,4 @@
 import cython
 
 @cython.locals(index=Py_ssize_t, step=Py_ssize_t, free=Py_ssize_t, stored=cython.longlong)
-cpdef Py_ssize_t _probe(slots, Py_ssize_t capacity, long long hashed) except? -1
+cpdef Py_ssize_t _probe(hashes, values, Py_ssize_t capacity, long long hashed) except? -1
