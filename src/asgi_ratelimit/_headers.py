@@ -178,7 +178,9 @@ class HeaderRenderer:
     def _one(self, parts: _Parts, numbers: tuple[int, int, int]) -> tuple[RawHeader, ...]:
         """The headers of one admitted policy, remembered as its last."""
         remaining, reset, upcoming = numbers
-        left = _sf_int(remaining)  # (never negative: a decision made by hand may say so)
+        # `_sf_int`, inlined (every new count of a client): never negative, never past 15
+        # digits (a decision made by hand may say either).
+        left = remaining if 0 <= remaining <= SF_INTEGER_MAX else _sf_int(remaining)
         headers: tuple[RawHeader, ...] = ()
         if self._legacy:
             headers = (parts.limit, (REMAINING, b"%d" % left), (RESET, b"%d" % reset))
