@@ -502,6 +502,11 @@ local function sliding_window_counter(state, now, amount, period, burst, cost, i
   return false, math.max(0, amount - est), reset, retry, 0, nil, 0
 end
 
+-- The bucket kinds below inline backlog_now, scaled_cost and ceil_div on a passing check's
+-- operands (finite, not negative; a whole scaled cost, else the helper): a Lua function call
+-- costs about 400 instructions inside Redis, and these run on every check. ceil(x) of such
+-- an x is x - x % 1 (its floor), plus one when that is below x.
+
 -- token bucket: state {level scaled by period, last update} -------------------------------------
 local function token_bucket(state, now, amount, period, burst, cost, into)
   local full = burst * period
@@ -516,14 +521,21 @@ local function token_bucket(state, now, amount, period, burst, cost, into)
       last = now
     end
   end
-  local needed = scaled_cost(cost, period)
+  local needed = cost * period
+  if needed % 1 ~= 0 then needed = scaled_cost(cost, period) end
   if needed <= level then
     level = level - needed
-    local reset = ceil_div(full - level, amount)
+    local q = (full - level) / amount
+    local reset = q - q % 1
+    if reset < q then reset = reset + 1 end
     local remaining = floordiv(level, period)
     -- The next whole token: the level reaches (remaining + 1) * period.
     local more = 0
-    if level < full then more = ceil_div((remaining + 1) * period - level, amount) end
+    if level < full then
+      q = ((remaining + 1) * period - level) / amount
+      more = q - q % 1
+      if more < q then more = more + 1 end
+    end
     into[1], into[2], into[3] = level, last, nil
     return true, remaining, reset, 0, 0, into, reset, more
   end
@@ -545,14 +557,26 @@ end
 
 local function gcra(state, now, amount, period, burst, cost, into)
   local tolerance = burst * period
-  local rel = backlog_now(state, now, amount)
-  local backlog = rel + scaled_cost(cost, period)
+  local rel = 0
+  if state then  -- backlog_now: what is left of it at now, never below 0
+    rel = state[1] - (now - state[2]) * amount
+    if rel < 0 then rel = 0 end
+  end
+  local step = cost * period
+  if step % 1 ~= 0 then step = scaled_cost(cost, period) end
+  local backlog = rel + step
   if backlog <= tolerance then
-    local reset = ceil_div(backlog, amount)
+    local q = backlog / amount
+    local reset = q - q % 1
+    if reset < q then reset = reset + 1 end
     local remaining = floordiv(tolerance - backlog, period)
     -- One more unit fits once the backlog is down to tolerance - (remaining + 1) * period.
     local more = 0
-    if remaining < burst then more = ceil_div(backlog - tolerance + (remaining + 1) * period, amount) end
+    if remaining < burst then
+      q = (backlog - tolerance + (remaining + 1) * period) / amount
+      more = q - q % 1
+      if more < q then more = more + 1 end
+    end
     into[1], into[2], into[3] = backlog, now, nil
     return true, remaining, reset, 0, 0, into, reset, more
   end
@@ -563,15 +587,28 @@ end
 
 local function leaky_bucket(state, now, amount, period, burst, cost, into)
   local capacity = burst * period
-  local queued = backlog_now(state, now, amount)
-  local step = scaled_cost(cost, period)
+  local queued = 0
+  if state then  -- backlog_now, as in gcra
+    queued = state[1] - (now - state[2]) * amount
+    if queued < 0 then queued = 0 end
+  end
+  local step = cost * period
+  if step % 1 ~= 0 then step = scaled_cost(cost, period) end
   if queued + step <= capacity then
-    local delay = ceil_div(queued, amount)
+    local q = queued / amount
+    local delay = q - q % 1
+    if delay < q then delay = delay + 1 end
     local backlog = queued + step
-    local reset = ceil_div(backlog, amount)
+    q = backlog / amount
+    local reset = q - q % 1
+    if reset < q then reset = reset + 1 end
     local remaining = floordiv(capacity - backlog, period)
     local more = 0
-    if remaining < burst then more = ceil_div(backlog - capacity + (remaining + 1) * period, amount) end
+    if remaining < burst then
+      q = (backlog - capacity + (remaining + 1) * period) / amount
+      more = q - q % 1
+      if more < q then more = more + 1 end
+    end
     into[1], into[2], into[3] = backlog, now, nil
     return true, remaining, reset, 0, delay, into, reset, more
   end
@@ -777,7 +814,7 @@ local function bucket_value(code, state, amount, period, burst, start, is_big_ch
   if is_big_check then return big_text(state[1]) .. ' ' .. format('%d', state[2]) end
   local backlog, at = state[1], state[2]
   if code == 4 then backlog = burst * period - backlog end
-  if backlog == floor(backlog) and backlog >= 0 and at >= start
+  if backlog % 1 == 0 and backlog >= 0 and at >= start  -- (x % 1 == 0: whole, finite)
       and 4 * (burst * period + 2 * amount) < EXACT then
     local v = (at - start) * amount + backlog
     if v < EXACT then return format('%d', v) end
@@ -848,13 +885,51 @@ local function uncount(c)
 end
 
 -- A check's state at now (nil when absent); for the bucket kinds the hash it was found in
--- and that generation's number; and the hash a hit at now writes it to. The bucket kinds
--- look in the current generation and the previous one, from `ahead` generations on (a
--- refund, made at the instant of its hit, may find the state moved forward since), and keep
--- the generations' length and the current one's number for the write (c[21], c[22]).
+-- and that generation's number; and the hash a hit at now writes it to (the windowed kinds;
+-- a bucket kind's is chosen by store). The bucket kinds look in the previous generation's
+-- hash first, where most states of the current one are (see store), then in the current
+-- one's, and `ahead` generations on (a refund, made at the instant of its hit, may find the
+-- state moved forward since); they keep the generations' length, the current one's number
+-- and the number of the one the state was found in for the write (c[21], c[22], c[23]).
 -- `counting`: a hit, whose windowed checks may be counted ahead (see count_ahead).
 local function load(c, now, ahead, counting)
   local key, code, amount, period, burst, field = c[1], c[2], c[3], c[4], c[5], c[9]
+  if code >= 4 then
+    -- generation(), and floordiv(now, length) for a whole now below 2^52 (as TIME's is)
+    local q = burst * period / amount
+    local length = q - q % 1
+    if length < q then length = length + 1 end
+    length = length + 1
+    local g
+    if now % 1 == 0 and now < HALF and now >= 0 and length < HALF then
+      local m = now % length
+      if m >= length then m = m - length elseif m < 0 then m = m + length end
+      g = (now - m) / length
+    else
+      g = floordiv(now, generation(amount, period, burst))
+    end
+    c[21], c[22], c[23] = length, g, false
+    for n = g - 1, g + ahead do
+      local hash = hash_of(key, n)
+      local raw = redis_call('HGET', hash, field)
+      if raw then
+        c[23] = n
+        local state = c[16]
+        local v = not c[7] and tonumber(raw)
+        if not v then  -- big integers, or a NUL and doubles
+          return bucket_state(raw, code, amount, period, burst, n * length, c[7], state), hash, n
+        end
+        -- bucket_state of one integer: the backlog at now, zero once drained (which decides
+        -- exactly like no state); the token bucket's level refilled up to now
+        local rel = v - (now - n * length) * amount
+        if rel < 0 then rel = 0 end
+        if code == 4 then rel = burst * period - rel end
+        state[1], state[2], state[3] = rel, now, nil
+        return state, hash, n
+      end
+    end
+    return nil
+  end
   if code == 1 then
     local window = floordiv(now, period)
     local home = hash_of(key, window)
@@ -917,20 +992,7 @@ local function load(c, now, ahead, counting)
     end
     return {entries = entries, orig = #raw, text = table.concat(raw, ',')}
   end
-  local length = generation(amount, period, burst)
-  local g = floordiv(now, length)
-  c[21], c[22] = length, g
-  local home
-  for n = g + ahead, g - 1, -1 do
-    local hash = hash_of(key, n)
-    if n == g then home = hash end
-    local raw = redis_call('HGET', hash, field)
-    if raw then
-      return bucket_state(raw, code, amount, period, burst, n * length, c[7], c[16]), hash, n,
-             home
-    end
-  end
-  return nil, nil, nil, home
+  error('unknown algorithm code ' .. code)
 end
 
 -- A state as the deny cache reads it (parse_state in _script.py): one integer whenever that
@@ -1000,10 +1062,11 @@ local function store_log(key, state, ms)
   redis_call('PEXPIRE', key, ms)
 end
 
--- Write what a passing hit leaves in `hash`, the one of its window or of the current
--- generation (the bucket kinds: moved there from `found`, the previous one, when it was read
--- there). A hash gets its expiry with its first field: when the window is over (the sliding
--- window counter: the next one too, which reads it), or two generations on.
+-- Write what a passing hit leaves in `hash`, the one of its window (the windowed kinds), or
+-- in the oldest hash that outlives it (the bucket kinds: see below; moved there from
+-- `found` when it was read elsewhere). A hash gets its expiry with its first field: when the
+-- window is over (the sliding window counter: the next one too, which reads it), or two
+-- generations after its own began.
 -- A count made ahead (count_ahead, by the check that read the state: c[10]) is written
 -- already unless another check of the same state counted too.
 local function store(c, state, ttl, now, margin_ms, found, hash)
@@ -1023,9 +1086,16 @@ local function store(c, state, ttl, now, margin_ms, found, hash)
       value = pair_value(state[2], state[3], amount)
     end
   else
-    local length, g = e[21], e[22]
-    ends = (g + 2) * length
-    value = bucket_value(code, state, amount, period, burst, g * length, c[7])
+    -- The previous generation's hash expires when this generation ends: a state over by
+    -- then (ttl: until it is full again) is kept there, so it goes when its hash goes, and
+    -- a state that stays in its hash costs no HDEL of its old place and no PEXPIRE of a new
+    -- one when generations turn over. Else, or when found in this generation's hash (never
+    -- moved back: an HDEL), in this generation's.
+    local length, g, n = e[21], e[22], e[22] - 1
+    if c[7] or e[23] == g or ttl > (g + 1) * length - now then n = g end
+    if n == e[23] then hash = found else hash = hash_of(key, n) end
+    ends = (n + 2) * length
+    value = bucket_value(code, state, amount, period, burst, n * length, c[7])
   end
   local new = e[18] and e[20]  -- counted ahead into a field that was not there
   if value and redis_call('HSET', hash, field, value) == 1 then new = true end
@@ -1296,15 +1366,17 @@ local at = 2
 for i = 1, n do
   local o = outcomes[i]
   local remaining, reset, retry, delay, ttl, more = o[2], o[3], o[4], o[5], o[7], o[8] or 0
-  if checks[i][7] then
+  local c = checks[i]
+  if c[7] then
     if type(reset) == 'table' or type(retry) == 'table' or type(delay) == 'table'
         or type(ttl) == 'table' or type(more) == 'table' then
       whole = false
       break
     end
   end
-  if remaining % 1 ~= 0 or reset % 1 ~= 0 or retry % 1 ~= 0 or delay % 1 ~= 0 or ttl % 1 ~= 0
-      or more % 1 ~= 0 then
+  -- (A passing bucket check's numbers are whole: floors and ceilings, and no retry.)
+  if (c[2] < 4 or c[7] or not o[1]) and (remaining % 1 ~= 0 or reset % 1 ~= 0
+      or retry % 1 ~= 0 or delay % 1 ~= 0 or ttl % 1 ~= 0 or more % 1 ~= 0) then
     whole = false
     break
   end
