@@ -1219,19 +1219,35 @@ local function start_blocks(checks, outcomes, now, margin_ms)
   end
 end
 
--- A hit of the bucket kinds, decided on locals ------------------------------------------------
--- The commonest call of the bucket kinds: a hit of such checks only (no block, nothing past
--- 2^53, no state checked twice, every state stored as one integer) that every check passes.
--- It is decided here as load, the deciders, store and the reply below decide it, operation
--- for operation, but on locals and a few kept tables instead of a check's and an outcome's
--- tables, and with their helpers inlined (inside Redis a table access costs about 100
--- instructions, a function call about 400). The token bucket's level is taken as what it
--- lacks to be full, as its stored value is: its steps are then GCRA's, the same numbers
--- (every one a whole number below 2^53: exact). Anything else returns nil having written
--- nothing, and is decided the general way (a refused check's reads are then made again).
+-- A hit of the bucket kinds and fixed windows, decided on locals ---------------------------
+-- The commonest call: a hit of bucket kinds and fixed windows only (no block, nothing past
+-- 2^53, no state checked twice, a bucket's state stored as one integer, a window's cost
+-- whole) that every check passes. It is decided here as load (a window's hit counted ahead),
+-- the deciders, store and the reply below decide it, operation for operation, but on locals
+-- and a few kept tables instead of a check's and an outcome's tables, and with their helpers
+-- inlined (inside Redis a table access costs about 100 instructions, a function call about
+-- 400). The token bucket's level is taken as what it lacks to be full, as its stored value
+-- is: its steps are then GCRA's, the same numbers (every one a whole number below 2^53:
+-- exact). Anything else returns nil, with every count made ahead given back (uncount): it
+-- is then decided the general way (a refused check's reads and counts are made again).
 local B_KEY, B_FIELD, B_LENGTH, B_HASH, B_FOUND, B_PLACE, B_VALUE = {}, {}, {}, {}, {}, {}, {}
+local B_COUNTED = {}  -- a window's cost counted ahead, else false
 local B_NUMBERS = {}  -- the reply's
 local CODES_LAYOUTS = {}  -- checks -> the struct layout of their codes alone
+
+-- Give back what the first k checks counted ahead (as uncount does); nil.
+local function give_back(k)
+  for j = 1, k do
+    local step = B_COUNTED[j]
+    if step then
+      local hash, field = B_HASH[j], B_FIELD[j]
+      if redis_call('HINCRBY', hash, field, INCREMENTS[-step] or increment(-step)) == 0 then
+        redis_call('HDEL', hash, field)
+      end
+    end
+  end
+  return nil
+end
 
 local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amount1, period1,
                            burst1, cost1)
@@ -1245,7 +1261,8 @@ local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amo
     end
     local codes = {unpack_struct(layout, arg, at + 8)}
     for i = 1, n - 1 do
-      if codes[i] < 4 or codes[i] > 6 then return nil end
+      local code = codes[i]
+      if code > 6 or code < 4 and code ~= 1 then return nil end
     end
   end
   local values, shaped = B_NUMBERS, false
@@ -1258,77 +1275,105 @@ local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amo
       field = sub(arg, 19 + 8 * i, 26 + 8 * i)
       at = at + 40
     end
-    local full = burst * period
-    if 4 * (full + 2 * amount) >= EXACT then return nil end  -- (see bucket_value)
+    B_COUNTED[i] = false
     local key = keys[i]
     for j = 1, i - 1 do
-      if B_KEY[j] == key and B_FIELD[j] == field then return nil end
+      if B_KEY[j] == key and B_FIELD[j] == field then return give_back(i - 1) end
     end
-    -- load: generation(), floordiv(now, length), the previous generation's hash first
-    local q = full / amount
-    local length = q - q % 1
-    if length < q then length = length + 1 end
-    length = length + 1
-    local m = now % length
-    if m >= length then m = m - length elseif m < 0 then m = m + length end
-    local g = (now - m) / length
-    local found, hash = g - 1, hash_of(key, g - 1)
-    local raw = redis_call('HGET', hash, field)
-    if not raw then
-      found, hash = g, hash_of(key, g)
-      raw = redis_call('HGET', hash, field)
-    end
-    local rel = 0  -- the backlog at now (bucket_state)
-    if raw then
-      local v = tonumber(raw)
-      if not v then return nil end  -- a NUL and doubles
-      rel = v - (now - found * length) * amount
-      if rel < 0 then rel = 0 end
+    B_KEY[i], B_FIELD[i] = key, field
+    if code == 1 then  -- load's count ahead (count_ahead), fixed_window
+      if cost <= 0 or cost % 1 ~= 0 or amount + cost >= EXACT or period >= HALF then
+        return give_back(i - 1)
+      end
+      local m = now % period
+      if m >= period then m = m - period elseif m < 0 then m = m + period end
+      local window = (now - m) / period
+      local hash = hash_of(key, window)
+      local count = redis_pcall('HINCRBY', hash, field, INCREMENTS[cost] or increment(cost))
+      if type(count) == 'table' then
+        if string.find(count.err, 'not an integer', 1, true) then return give_back(i - 1) end
+        error(count)
+      end
+      B_HASH[i], B_COUNTED[i] = hash, cost
+      if cost > amount - (count - cost) then return give_back(i) end  -- refused
+      local ends = (window + 1) * period
+      B_FOUND[i], B_LENGTH[i] = count == cost, ends  -- a new field: its hash's expiry
+      local reset = ends - now
+      values[to + 1], values[to + 2], values[to + 3], values[to + 4] = amount - count, reset,
+                                                                      reset, 0
+      to = to + 4
     else
-      found = false
+      local full = burst * period
+      if 4 * (full + 2 * amount) >= EXACT then return give_back(i - 1) end  -- (see bucket_value)
+      -- load: generation(), floordiv(now, length), the previous generation's hash first
+      local q = full / amount
+      local length = q - q % 1
+      if length < q then length = length + 1 end
+      length = length + 1
+      local m = now % length
+      if m >= length then m = m - length elseif m < 0 then m = m + length end
+      local g = (now - m) / length
+      local found, hash = g - 1, hash_of(key, g - 1)
+      local raw = redis_call('HGET', hash, field)
+      if not raw then
+        found, hash = g, hash_of(key, g)
+        raw = redis_call('HGET', hash, field)
+      end
+      local rel = 0  -- the backlog at now (bucket_state)
+      if raw then
+        local v = tonumber(raw)
+        if not v then return give_back(i - 1) end  -- a NUL and doubles
+        rel = v - (now - found * length) * amount
+        if rel < 0 then rel = 0 end
+      else
+        found = false
+      end
+      -- the decider
+      local step = cost * period
+      if step % 1 ~= 0 then step = scaled_cost(cost, period) end
+      local backlog = rel + step
+      if backlog > full then return give_back(i - 1) end  -- refused
+      q = backlog / amount
+      local reset = q - q % 1
+      if reset < q then reset = reset + 1 end
+      local room = full - backlog  -- floordiv(room, period)
+      m = room % period
+      if m >= period then m = m - period elseif m < 0 then m = m + period end
+      local remaining = (room - m) / period
+      local more = 0
+      if remaining < burst then
+        q = (backlog - full + (remaining + 1) * period) / amount
+        more = q - q % 1
+        if more < q then more = more + 1 end
+      end
+      local delay = 0
+      if code == 6 and rel > 0 then
+        q = rel / amount
+        delay = q - q % 1
+        if delay < q then delay = delay + 1 end
+        shaped = true
+      end
+      -- store: where (see store) and what (bucket_value)
+      local place = false
+      if cost ~= 0 then
+        place = g - 1
+        if found == g or reset > (g + 1) * length - now then place = g end
+        local v = (now - place * length) * amount + backlog
+        if v >= EXACT then return give_back(i - 1) end
+        B_VALUE[i] = v
+      end
+      B_LENGTH[i], B_HASH[i], B_FOUND[i], B_PLACE[i] = length, hash, found, place
+      values[to + 1], values[to + 2], values[to + 3], values[to + 4] = remaining, reset, more, delay
+      to = to + 4
     end
-    -- the decider
-    local step = cost * period
-    if step % 1 ~= 0 then step = scaled_cost(cost, period) end
-    local backlog = rel + step
-    if backlog > full then return nil end  -- refused
-    q = backlog / amount
-    local reset = q - q % 1
-    if reset < q then reset = reset + 1 end
-    local room = full - backlog  -- floordiv(room, period)
-    m = room % period
-    if m >= period then m = m - period elseif m < 0 then m = m + period end
-    local remaining = (room - m) / period
-    local more = 0
-    if remaining < burst then
-      q = (backlog - full + (remaining + 1) * period) / amount
-      more = q - q % 1
-      if more < q then more = more + 1 end
-    end
-    local delay = 0
-    if code == 6 and rel > 0 then
-      q = rel / amount
-      delay = q - q % 1
-      if delay < q then delay = delay + 1 end
-      shaped = true
-    end
-    -- store: where (see store) and what (bucket_value)
-    local place = false
-    if cost ~= 0 then
-      place = g - 1
-      if found == g or reset > (g + 1) * length - now then place = g end
-      local v = (now - place * length) * amount + backlog
-      if v >= EXACT then return nil end
-      B_VALUE[i] = v
-    end
-    B_KEY[i], B_FIELD[i], B_LENGTH[i], B_HASH[i], B_FOUND[i], B_PLACE[i] = key, field, length,
-                                                                          hash, found, place
-    values[to + 1], values[to + 2], values[to + 3], values[to + 4] = remaining, reset, more, delay
-    to = to + 4
   end
   for i = 1, n do
     local place, found, field = B_PLACE[i], B_FOUND[i], B_FIELD[i]
-    if place then
+    if B_COUNTED[i] then  -- counted already: a new field gives its hash an expiry (store)
+      if found then
+        redis_call('PEXPIRE', B_HASH[i], format('%d', ceil((B_LENGTH[i] - now) / 1000) + margin_ms))
+      end
+    elseif place then
       local hash = B_HASH[i]
       if place ~= found then hash = hash_of(B_KEY[i], place) end
       if redis_call('HSET', hash, field, format('%d', B_VALUE[i])) == 1 then
@@ -1392,9 +1437,10 @@ else
 end
 NOW, NOW_TEXT = now, nil
 local want_state = want == 1
--- (A call whose first check is not of a bucket kind, or has a block, is not one of these.)
+-- (A call whose first check is not a bucket kind's or a fixed window's, or has a block, is
+-- not one of these.)
 local first = code1 or n > 0 and unpack_struct('<d', arg, 27 + 8 * n)
-if mode == HIT and first and first >= 4 and first <= 6 then
+if mode == HIT and first and (first == 1 or first >= 4 and first <= 6) then
   local reply = buckets_hit(arg, n, one, now, margin_ms, KEYS, field1, code1, amount1, period1,
                             burst1, cost1)
   if reply then return reply end
