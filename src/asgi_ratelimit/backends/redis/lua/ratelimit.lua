@@ -1231,8 +1231,8 @@ end
 -- exact). Anything else returns nil, with every count made ahead given back (uncount): it
 -- is then decided the general way (a refused check's reads and counts are made again).
 local B_KEY, B_FIELD, B_LENGTH, B_HASH, B_FOUND, B_PLACE, B_VALUE = {}, {}, {}, {}, {}, {}, {}
-local B_COUNTED = {}  -- a window's cost counted ahead, else false
-local B_NUMBERS = {}  -- the reply's
+local B_COUNTED, B_DELAY = {}, {}  -- a window's cost counted ahead, else false; delays
+local B_NUMBERS = {}  -- a reply of seven numbers a check
 local CODES_LAYOUTS = {}  -- checks -> the struct layout of their codes alone
 
 -- Give back what the first k checks counted ahead (as uncount does); nil.
@@ -1259,13 +1259,21 @@ local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amo
       layout = '<' .. string.rep(string.rep('x', 32) .. 'd', n - 1)
       CODES_LAYOUTS[n] = layout
     end
-    local codes = {unpack_struct(layout, arg, at + 8)}
-    for i = 1, n - 1 do
-      local code = codes[i]
-      if code > 6 or code < 4 and code ~= 1 then return nil end
+    if n <= 4 then  -- in locals (a table a call makes costs about 1,000 instructions)
+      local b, c, d = unpack_struct(layout, arg, at + 8)  -- (then the position after them)
+      if b > 6 or b < 4 and b ~= 1 or n > 2 and (c > 6 or c < 4 and c ~= 1)
+          or n > 3 and (d > 6 or d < 4 and d ~= 1) then
+        return nil
+      end
+    else
+      local codes = {unpack_struct(layout, arg, at + 8)}
+      for i = 1, n - 1 do
+        local code = codes[i]
+        if code > 6 or code < 4 and code ~= 1 then return nil end
+      end
     end
   end
-  local values, shaped = B_NUMBERS, false
+  local reply, shaped = VALUES, false  -- the short reply's numbers, gathered on the way
   local to = 2
   for i = 1, n do
     local field, code, amount, period, burst, cost = field1, code1, amount1, period1, burst1,
@@ -1299,9 +1307,8 @@ local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amo
       local ends = (window + 1) * period
       B_FOUND[i], B_LENGTH[i] = count == cost, ends  -- a new field: its hash's expiry
       local reset = ends - now
-      values[to + 1], values[to + 2], values[to + 3], values[to + 4] = amount - count, reset,
-                                                                      reset, 0
-      to = to + 4
+      reply[to + 1], reply[to + 2], reply[to + 3] = amount - count, reset, reset
+      B_DELAY[i], to = 0, to + 3
     else
       local full = burst * period
       if 4 * (full + 2 * amount) >= EXACT then return give_back(i - 1) end  -- (see bucket_value)
@@ -1363,8 +1370,8 @@ local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amo
         B_VALUE[i] = v
       end
       B_LENGTH[i], B_HASH[i], B_FOUND[i], B_PLACE[i] = length, hash, found, place
-      values[to + 1], values[to + 2], values[to + 3], values[to + 4] = remaining, reset, more, delay
-      to = to + 4
+      reply[to + 1], reply[to + 2], reply[to + 3] = remaining, reset, more
+      B_DELAY[i], to = delay, to + 3
     end
   end
   for i = 1, n do
@@ -1385,30 +1392,32 @@ local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amo
   end
   -- the reply: remaining, reset_us (also the ttl), next_us a check (flags 1 + 2 + 8 + 16), or
   -- when a leaky bucket delays, all seven numbers (flags 1 + 2)
-  if n == 1 and not shaped then
-    return pack('<ddi8i8i8', now, 27, values[3], values[4], values[5])
-  end
-  local reply = VALUES
-  reply[1], reply[2] = now, shaped and 3 or 27
-  local out = 2
-  for from = 2, to - 1, 4 do
-    local remaining, reset, more = values[from + 1], values[from + 2], values[from + 3]
-    if shaped then
-      reply[out + 1], reply[out + 2], reply[out + 3], reply[out + 4] = 1, remaining, reset, 0
-      reply[out + 5], reply[out + 6], reply[out + 7] = values[from + 4], reset, more
-      out = out + 7
-    else
-      reply[out + 1], reply[out + 2], reply[out + 3] = remaining, reset, more
-      out = out + 3
+  if not shaped then
+    if n == 1 then return pack('<ddi8i8i8', now, 27, reply[3], reply[4], reply[5]) end
+    reply[1], reply[2] = now, 27
+    local layout = SAME_LAYOUTS[n]
+    if not layout then
+      layout = '<dd' .. string.rep('i8', 3 * n)
+      SAME_LAYOUTS[n] = layout
     end
+    return pack(layout, unpack(reply, 1, to))
   end
-  local layouts = shaped and LAYOUTS or SAME_LAYOUTS
-  local layout = layouts[n]
+  local numbers = B_NUMBERS
+  numbers[1], numbers[2] = now, 3
+  local out = 2
+  for i = 1, n do
+    local from = 3 * i
+    local remaining, reset, more = reply[from], reply[from + 1], reply[from + 2]
+    numbers[out + 1], numbers[out + 2], numbers[out + 3], numbers[out + 4] = 1, remaining, reset, 0
+    numbers[out + 5], numbers[out + 6], numbers[out + 7] = B_DELAY[i], reset, more
+    out = out + 7
+  end
+  local layout = LAYOUTS[n]
   if not layout then
-    layout = '<dd' .. string.rep('i8', (shaped and 7 or 3) * n)
-    layouts[n] = layout
+    layout = '<dd' .. string.rep('i8', 7 * n)
+    LAYOUTS[n] = layout
   end
-  return pack(layout, unpack(reply, 1, out))
+  return pack(layout, unpack(numbers, 1, out))
 end
 
 -- main -----------------------------------------------------------------------------------------
@@ -1561,9 +1570,10 @@ local states = want_state and not all_allowed
 -- struct.pack (about 0.5k instructions a number; an array reply costs twice that, text
 -- more). x % 1 == 0 says whole without a call (false for infinity); a big check's numbers
 -- may be big integers (tables), which go as text below. When every check passes with no
--- wait and no delay (the commonest reply by far), four numbers a check say it all, and three
--- when each check's ttl is its reset (every kind's but the sliding window counter's).
-local whole, short, same = true, all_allowed, true
+-- wait and no delay (the commonest reply by far), four numbers a check say it all (three, in
+-- buckets_hit's reply, when each ttl is its reset; a call that comes here is mostly of the
+-- sliding window counter, whose ttl is not).
+local whole, short = true, all_allowed
 local values = VALUES  -- the short reply's numbers (several checks), gathered on the way
 local at = 2
 for i = 1, n do
@@ -1584,24 +1594,10 @@ for i = 1, n do
     break
   end
   if retry ~= 0 or delay ~= 0 then short = false end
-  if ttl ~= reset then same = false end
   if n > 1 then
-    values[at + 1], values[at + 2], values[at + 3] = remaining, reset, more
-    at = at + 3
+    values[at + 1], values[at + 2], values[at + 3], values[at + 4] = remaining, reset, ttl, more
+    at = at + 4
   end
-end
-if whole and short and same then  -- flags 1 + 2 + 8 + 16; remaining, reset_us, next_us a check
-  if n == 1 then
-    local o = outcomes[1]
-    return pack('<ddi8i8i8', now, 27, o[2], o[3], o[8] or 0)
-  end
-  values[1], values[2] = now, 27
-  local layout = SAME_LAYOUTS[n]
-  if not layout then
-    layout = '<dd' .. string.rep('i8', 3 * n)
-    SAME_LAYOUTS[n] = layout
-  end
-  return pack(layout, unpack(values, 1, at))
 end
 if whole and short then  -- flags 1 + 2 + 8; remaining, reset_us, ttl_us, next_us a check
   if n == 1 then
@@ -1609,12 +1605,6 @@ if whole and short then  -- flags 1 + 2 + 8; remaining, reset_us, ttl_us, next_u
     return pack('<ddi8i8i8i8', now, 11, o[2], o[3], o[7], o[8] or 0)
   end
   values[1], values[2] = now, 11
-  at = 2
-  for i = 1, n do
-    local o = outcomes[i]
-    values[at + 1], values[at + 2], values[at + 3], values[at + 4] = o[2], o[3], o[7], o[8] or 0
-    at = at + 4
-  end
   local layout = SHORT_LAYOUTS[n]
   if not layout then
     layout = '<dd' .. string.rep('i8', 4 * n)
