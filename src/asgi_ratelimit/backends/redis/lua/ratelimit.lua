@@ -1219,19 +1219,20 @@ local function start_blocks(checks, outcomes, now, margin_ms)
   end
 end
 
--- A hit of the bucket kinds and fixed windows, decided on locals ---------------------------
--- The commonest call: a hit of bucket kinds and fixed windows only (no block, nothing past
--- 2^53, no state checked twice, a bucket's state stored as one integer, a window's cost
--- whole) that every check passes. It is decided here as load (a window's hit counted ahead),
--- the deciders, store and the reply below decide it, operation for operation, but on locals
--- and a few kept tables instead of a check's and an outcome's tables, and with their helpers
--- inlined (inside Redis a table access costs about 100 instructions, a function call about
--- 400). The token bucket's level is taken as what it lacks to be full, as its stored value
--- is: its steps are then GCRA's, the same numbers (every one a whole number below 2^53:
--- exact). Anything else returns nil, with every count made ahead given back (uncount): it
--- is then decided the general way (a refused check's reads and counts are made again).
+-- A common hit, decided on locals --------------------------------------------------------------
+-- The commonest call: a hit of any kinds but the sliding log (no block, nothing past 2^53, no
+-- state checked twice, a bucket's state stored as one integer, a window's cost whole) that
+-- every check passes. It is decided here as load (a window's hit counted ahead), the
+-- deciders, store and the reply below decide it, operation for operation, but on locals and
+-- a few kept tables instead of a check's and an outcome's tables, and with their helpers
+-- inlined where they are short (inside Redis a table access costs about 100 instructions, a
+-- function call about 400). The token bucket's level is taken as what it lacks to be full,
+-- as its stored value is: its steps are then GCRA's, the same numbers (every one a whole
+-- number below 2^53: exact). Anything else returns nil, with every count made ahead given
+-- back (uncount): it is then decided the general way (a refused check's reads and counts
+-- are made again).
 local B_KEY, B_FIELD, B_LENGTH, B_HASH, B_FOUND, B_PLACE, B_VALUE = {}, {}, {}, {}, {}, {}, {}
-local B_COUNTED, B_DELAY = {}, {}  -- a window's cost counted ahead, else false; delays
+local B_COUNTED, B_DELAY, B_TTL = {}, {}, {}  -- a window's count made ahead, or false
 local B_NUMBERS = {}  -- a reply of seven numbers a check
 local CODES_LAYOUTS = {}  -- checks -> the struct layout of their codes alone
 
@@ -1249,7 +1250,7 @@ local function give_back(k)
   return nil
 end
 
-local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amount1, period1,
+local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amount1, period1,
                            burst1, cost1)
   if now % 1 ~= 0 or now < 0 or now >= HALF then return nil end
   local at = 27 + 8 * n
@@ -1261,19 +1262,18 @@ local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amo
     end
     if n <= 4 then  -- in locals (a table a call makes costs about 1,000 instructions)
       local b, c, d = unpack_struct(layout, arg, at + 8)  -- (then the position after them)
-      if b > 6 or b < 4 and b ~= 1 or n > 2 and (c > 6 or c < 4 and c ~= 1)
-          or n > 3 and (d > 6 or d < 4 and d ~= 1) then
+      if b > 6 or b == 2 or n > 2 and (c > 6 or c == 2) or n > 3 and (d > 6 or d == 2) then
         return nil
       end
     else
       local codes = {unpack_struct(layout, arg, at + 8)}
       for i = 1, n - 1 do
         local code = codes[i]
-        if code > 6 or code < 4 and code ~= 1 then return nil end
+        if code > 6 or code == 2 then return nil end
       end
     end
   end
-  local reply, shaped = VALUES, false  -- the short reply's numbers, gathered on the way
+  local reply, shaped, counter = VALUES, false, false  -- (the short reply's numbers)
   local to = 2
   for i = 1, n do
     local field, code, amount, period, burst, cost = field1, code1, amount1, period1, burst1,
@@ -1308,7 +1308,53 @@ local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amo
       B_FOUND[i], B_LENGTH[i] = count == cost, ends  -- a new field: its hash's expiry
       local reset = ends - now
       reply[to + 1], reply[to + 2], reply[to + 3] = amount - count, reset, reset
-      B_DELAY[i], to = 0, to + 3
+      B_DELAY[i], B_TTL[i], B_VALUE[i], to = 0, reset, false, to + 3
+    elseif code == 3 then  -- load's count ahead, sliding_window_counter
+      local m = amount + 1
+      if cost <= 0 or cost % 1 ~= 0 or (m + cost) * m >= EXACT or period >= HALF then
+        return give_back(i - 1)
+      end
+      local r = now % period
+      if r >= period then r = r - period elseif r < 0 then r = r + period end
+      local window = (now - r) / period
+      local hash = hash_of(key, window)
+      local step = cost * m
+      local pair = redis_pcall('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
+      if type(pair) == 'table' then
+        if string.find(pair.err, 'not an integer', 1, true) then return give_back(i - 1) end
+        error(pair)
+      end
+      B_HASH[i], B_COUNTED[i] = hash, step
+      local current, previous = 0, 0
+      if pair ~= step then
+        current, previous = divmod(pair - step, m)
+      else  -- the window's first request: the previous window's count (pair_of)
+        local raw = redis_call('HGET', hash_of(key, window - 1), field)
+        if raw then
+          local v = tonumber(raw)
+          if not v then return give_back(i) end  -- a NUL and doubles
+          previous = divmod(v, m)
+        end
+      end
+      local elapsed = now - window * period
+      local est = estimate(current, previous, elapsed, period)
+      if cost > amount - est then return give_back(i) end  -- refused
+      current = current + cost
+      local reset = current >= 1 and full_again(current, elapsed, period)
+      if not reset then
+        reset = wait_until_fits(amount, amount, current, previous, elapsed, period)
+      end
+      local ttl = period - elapsed
+      if current ~= 0 then ttl = 2 * period - elapsed end
+      local remaining = amount - est - cost
+      local more = more_quota_in(remaining, amount, current, previous, elapsed, period)
+      -- store: the pair (pair_value), unless the count made ahead is all of it
+      local value = current * m + previous
+      if previous >= m or value >= EXACT then return give_back(i) end
+      B_FOUND[i], B_LENGTH[i] = pair == step, (window + 2) * period
+      reply[to + 1], reply[to + 2], reply[to + 3] = remaining, reset, more
+      B_DELAY[i], B_TTL[i], B_VALUE[i], to = 0, ttl, value ~= pair and value, to + 3
+      counter = true
     else
       local full = burst * period
       if 4 * (full + 2 * amount) >= EXACT then return give_back(i - 1) end  -- (see bucket_value)
@@ -1371,12 +1417,14 @@ local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amo
       end
       B_LENGTH[i], B_HASH[i], B_FOUND[i], B_PLACE[i] = length, hash, found, place
       reply[to + 1], reply[to + 2], reply[to + 3] = remaining, reset, more
-      B_DELAY[i], to = delay, to + 3
+      B_DELAY[i], B_TTL[i], to = delay, reset, to + 3
     end
   end
   for i = 1, n do
     local place, found, field = B_PLACE[i], B_FOUND[i], B_FIELD[i]
     if B_COUNTED[i] then  -- counted already: a new field gives its hash an expiry (store)
+      local value = B_VALUE[i]
+      if value then redis_call('HSET', B_HASH[i], field, format('%d', value)) end
       if found then
         redis_call('PEXPIRE', B_HASH[i], format('%d', ceil((B_LENGTH[i] - now) / 1000) + margin_ms))
       end
@@ -1392,7 +1440,7 @@ local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amo
   end
   -- the reply: remaining, reset_us (also the ttl), next_us a check (flags 1 + 2 + 8 + 16), or
   -- when a leaky bucket delays, all seven numbers (flags 1 + 2)
-  if not shaped then
+  if not shaped and not counter then
     if n == 1 then return pack('<ddi8i8i8', now, 27, reply[3], reply[4], reply[5]) end
     reply[1], reply[2] = now, 27
     local layout = SAME_LAYOUTS[n]
@@ -1402,20 +1450,30 @@ local function buckets_hit(arg, n, one, now, margin_ms, keys, field1, code1, amo
     end
     return pack(layout, unpack(reply, 1, to))
   end
+  -- four numbers a check (flags 1 + 2 + 8: remaining, reset_us, ttl_us, next_us) with a
+  -- sliding window counter, whose ttl is not its reset; seven when a leaky bucket delays
   local numbers = B_NUMBERS
-  numbers[1], numbers[2] = now, 3
+  numbers[1], numbers[2] = now, shaped and 3 or 11
   local out = 2
   for i = 1, n do
     local from = 3 * i
     local remaining, reset, more = reply[from], reply[from + 1], reply[from + 2]
-    numbers[out + 1], numbers[out + 2], numbers[out + 3], numbers[out + 4] = 1, remaining, reset, 0
-    numbers[out + 5], numbers[out + 6], numbers[out + 7] = B_DELAY[i], reset, more
-    out = out + 7
+    if shaped then
+      numbers[out + 1], numbers[out + 2], numbers[out + 3], numbers[out + 4] = 1, remaining,
+                                                                              reset, 0
+      numbers[out + 5], numbers[out + 6], numbers[out + 7] = B_DELAY[i], B_TTL[i], more
+      out = out + 7
+    else
+      numbers[out + 1], numbers[out + 2], numbers[out + 3], numbers[out + 4] = remaining, reset,
+                                                                              B_TTL[i], more
+      out = out + 4
+    end
   end
-  local layout = LAYOUTS[n]
+  local layouts = shaped and LAYOUTS or SHORT_LAYOUTS
+  local layout = layouts[n]
   if not layout then
-    layout = '<dd' .. string.rep('i8', 7 * n)
-    LAYOUTS[n] = layout
+    layout = '<dd' .. string.rep('i8', (shaped and 7 or 4) * n)
+    layouts[n] = layout
   end
   return pack(layout, unpack(numbers, 1, out))
 end
@@ -1446,11 +1504,10 @@ else
 end
 NOW, NOW_TEXT = now, nil
 local want_state = want == 1
--- (A call whose first check is not a bucket kind's or a fixed window's, or has a block, is
--- not one of these.)
+-- (A call whose first check is a sliding log's, or has a block, is not one of these.)
 local first = code1 or n > 0 and unpack_struct('<d', arg, 27 + 8 * n)
-if mode == HIT and first and (first == 1 or first >= 4 and first <= 6) then
-  local reply = buckets_hit(arg, n, one, now, margin_ms, KEYS, field1, code1, amount1, period1,
+if mode == HIT and first and first <= 6 and first ~= 2 then
+  local reply = common_hit(arg, n, one, now, margin_ms, KEYS, field1, code1, amount1, period1,
                             burst1, cost1)
   if reply then return reply end
 end
@@ -1571,8 +1628,7 @@ local states = want_state and not all_allowed
 -- more). x % 1 == 0 says whole without a call (false for infinity); a big check's numbers
 -- may be big integers (tables), which go as text below. When every check passes with no
 -- wait and no delay (the commonest reply by far), four numbers a check say it all (three, in
--- buckets_hit's reply, when each ttl is its reset; a call that comes here is mostly of the
--- sliding window counter, whose ttl is not).
+-- common_hit's reply, when each ttl is its reset).
 local whole, short = true, all_allowed
 local values = VALUES  -- the short reply's numbers (several checks), gathered on the way
 local at = 2
