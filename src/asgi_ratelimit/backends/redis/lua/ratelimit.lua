@@ -867,12 +867,14 @@ end
 -- limit can refuse the hit later in this function (no block); a hit refused after all is
 -- given back (uncount). The check keeps the step (c[18]), the result (c[19]) and whether the
 -- field was new (c[20]). Nil when the stored value is not an integer (it is then read);
--- any other error (an ACL without +hincrby) is raised as redis.call raises it.
+-- any other error (an ACL without +hincrby) is raised by sending the command again with
+-- redis.call: raised as each version raises it (Redis 6 would turn `error(n)`, a table,
+-- into "(null)").
 local function count_ahead(c, hash, field, step)
   local n = redis_pcall('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
   if type(n) == 'table' then
     if string.find(n.err, 'not an integer', 1, true) then return nil end
-    error(n)
+    n = redis_call('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
   end
   c[18], c[19], c[20] = step, n, n == step
   return n - step
