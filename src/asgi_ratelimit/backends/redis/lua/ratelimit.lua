@@ -1300,9 +1300,9 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       local window = (now - m) / period
       local hash = hash_of(key, window)
       local count = redis_pcall('HINCRBY', hash, field, INCREMENTS[cost] or increment(cost))
-      if type(count) == 'table' then
+      if type(count) == 'table' then  -- (as in count_ahead)
         if string.find(count.err, 'not an integer', 1, true) then return give_back(i - 1) end
-        error(count)
+        count = redis_call('HINCRBY', hash, field, INCREMENTS[cost] or increment(cost))
       end
       B_HASH[i], B_COUNTED[i] = hash, cost
       if cost > amount - (count - cost) then return give_back(i) end  -- refused
@@ -1322,9 +1322,9 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       local hash = hash_of(key, window)
       local step = cost * m
       local pair = redis_pcall('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
-      if type(pair) == 'table' then
+      if type(pair) == 'table' then  -- (as in count_ahead)
         if string.find(pair.err, 'not an integer', 1, true) then return give_back(i - 1) end
-        error(pair)
+        pair = redis_call('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
       end
       B_HASH[i], B_COUNTED[i] = hash, step
       local current, previous = 0, 0
