@@ -390,6 +390,15 @@ def test_reply_decoding_of_fractions_infinity_and_states() -> None:
         (True, 2, 1, 3, 0, 0, None, 7, 9),
     ]
     assert all(type(x) is int for o in outcomes for x in o[2:6]) and parsed == [None, None]
+    # ... and three when each check's ttl is its reset (flag 16).
+    same = struct.pack("<2d", 1_763_000_000_123_456, 1 + 2 + 8 + 16)
+    same += struct.pack("<6q", 4, 12_000_000, 3, 1, 7, 9)
+    _, outcomes, parsed = decode(same, checks)
+    assert [tuple(o) for o in outcomes] == [
+        (True, 5, 4, 12_000_000, 0, 0, None, 12_000_000, 3),
+        (True, 2, 1, 7, 0, 0, None, 7, 9),
+    ]
+    assert all(type(x) is int for o in outcomes for x in o[2:6]) and parsed == [None, None]
     # ... and the states after them, when asked for, each after its length.
     states_sent = struct.pack("<d", 0) + struct.pack("<d", 12) + b"29383333 1 0"
     _, _, parsed = decode(whole + states_sent, checks)

@@ -1,7 +1,8 @@
 """States as fields of hashes shared by a bucket of identities (``lua/ratelimit.lua``).
 
 A neighbour in the same hash is never touched by another identity's reset; a bucket kind's
-state moves to the current generation's hash when it is used, and a refund finds it there.
+state is kept in the oldest hash that outlives it (the previous generation's, which expires
+when the current one ends, else the current one's), and a refund finds it there.
 """
 
 from __future__ import annotations
@@ -69,22 +70,39 @@ async def test_reset_deletes_only_the_identitys_fields(
 
 
 @pytest.mark.parametrize("kind", ["token_bucket", "gcra", "leaky_bucket"])
-async def test_a_bucket_state_moves_to_the_current_generation(
+async def test_a_bucket_state_is_kept_in_the_oldest_hash_that_outlives_it(
     backend: RedisBackend, redis_client: aioredis.Redis, clock: FakeClock, kind: str
 ) -> None:
     # 2/second, burst 4: a state matters for at most 2 s, so generations last 2 s (and 1 us).
+    # The previous generation's hash expires when the current one ends: a state over by then
+    # stays there (or goes there), a longer one moves to the current generation's hash, and
+    # once there stays there for the rest of the generation.
     limit = Limit("2/second", algorithm=kind, burst=4)
     memory = MemoryBackend(clock=clock)
+    length = 2_000_001
     clock.now = 1_763_000_000.5
-    for step in (0, 0.5, 0.25, 1.5, 0.75, 2.25):
+    place = None  # the generation whose hash holds the state
+    seen = set()
+    for step in (0, 0.5, 0.25, 1.5, 0.75, 0.25, 0.1, 2.25, 0.5, 4.5):
         clock.now += step
+        now = round(clock.now * 1_000_000)
+        generation = now // length
         for cost in (1, 2):
             check = [Check("mover", limit, cost)]
-            expected = [o._replace(state=None) for o in await memory.hit(check)]
-            assert await backend.hit(check) == expected
-        [key] = await state_keys(redis_client, backend, "mover", limit)  # in one hash only
-        generation = round(clock.now * 1_000_000) // 2_000_001
-        assert key.endswith(f":{generation}".encode())
+            [expected] = [o._replace(state=None) for o in await memory.hit(check)]
+            assert await backend.hit(check) == [expected]
+            if place != generation and now + expected.reset_us <= (generation + 1) * length:
+                place = generation - 1
+            else:
+                place = generation
+            seen.add(place - generation)
+            # (With an injected clock, hashes get 60 s of slack: older ones are still there,
+            # but no read looks at them.)
+            live = (f":{generation - 1}".encode(), f":{generation}".encode())
+            keys = await state_keys(redis_client, backend, "mover", limit)
+            held = [key for key in keys if key.endswith(live)]
+            assert len(held) == 1 and held[0].endswith(f":{place}".encode()), (step, cost)
+    assert seen == {-1, 0}  # both places were used
 
 
 async def test_a_refund_finds_a_state_moved_on_since_its_hit(

@@ -45,9 +45,14 @@ def _expected(algorithm: str, now_us: int, limit: Limit) -> tuple[int, int]:
     if algorithm == "sliding_window_counter":  # current * (amount + 1) + previous
         return now_us // limit.period_us, 1 * (limit.amount + 1) + 0
     # The bucket kinds: (at - the generation's start) * amount + backlog, the backlog being
-    # one request's scaled cost (for the token bucket, what it lacks to be full).
+    # one request's scaled cost (for the token bucket, what it lacks to be full), in the
+    # previous generation's hash when the state is over before that hash expires (when the
+    # current generation ends), else in the current one's.
     length = -(-limit.burst * limit.period_us // limit.amount) + 1
     generation = now_us // length
+    over_at = now_us + -(-limit.period_us // limit.amount)  # full again
+    if over_at <= (generation + 1) * length:
+        generation -= 1
     return generation, (now_us - generation * length) * limit.amount + limit.period_us
 
 

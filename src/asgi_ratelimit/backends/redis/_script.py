@@ -121,13 +121,16 @@ def _reply_layout(checks: int, whole: bool) -> struct.Struct:
 
 
 @functools.lru_cache(maxsize=64)
-def _short_layout(checks: int) -> struct.Struct:
-    """Four integers per check: a reply where every check passed with no wait or delay."""
-    return struct.Struct(f"<{4 * checks}q")
+def _short_layout(checks: int, each: int = 4) -> struct.Struct:
+    """Four integers per check (three when each ttl is its reset): a reply where every check
+    passed with no wait or delay."""
+    return struct.Struct(f"<{each * checks}q")
 
 
-#: The flags of that reply: all allowed (1), integers (2), four numbers a check (8).
+#: The flags of that reply: all allowed (1), integers (2), four numbers a check (8); and
+#: three, each check's ttl being its reset (16).
 _SHORT = 11.0
+_SAME = 27.0
 _LENGTH = struct.Struct("<d")
 
 
@@ -232,6 +235,20 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
             )
             at += 4
         return int(now), passing, [None] * len(checks)
+    if flags == _SAME:  # the same, each check's ttl being its reset: three integers each
+        passed = _short_layout(len(checks), 3).unpack_from(reply, _HEAD.size)
+        same: list[Outcome] = []
+        at = 0
+        for check in checks:
+            # remaining, reset_us (and ttl_us), next_us
+            reset = passed[at + 1]
+            same.append(
+                Outcome(
+                    True, check.limit.burst, passed[at], reset, 0, 0, None, reset, passed[at + 2]
+                )
+            )
+            at += 3
+        return int(now), same, [None] * len(checks)
     if flags >= 4:  # a number past 2^53 (a big limit's times): text
         texts, offset = _decode_text(reply, checks)
         return int(now), texts, _states(reply, offset, checks, int(now))

@@ -29,7 +29,9 @@
 --             allowed; 2: the numbers that follow are integers; 4: a number passes 2^53,
 --             and all are sent as text after its length: "n n n n n n n;..."; 8, with 1
 --             and 2: every check passes with no wait and no delay, and four integers a
---             check follow: remaining, reset_us, ttl_us, next_us), else seven
+--             check follow: remaining, reset_us, ttl_us, next_us; 16, with 8: three, the
+--             ttl being the reset, as it is for every kind but the sliding window
+--             counter), else seven
 --             numbers per check, eight-byte integers ("<i8", when every one is whole) or
 --             doubles: allowed (1/0), remaining, reset_us, retry_us (inf if it can never
 --             pass), delay_us, ttl_us, next_us (until more quota than remaining, when
@@ -502,6 +504,11 @@ local function sliding_window_counter(state, now, amount, period, burst, cost, i
   return false, math.max(0, amount - est), reset, retry, 0, nil, 0
 end
 
+-- The bucket kinds below inline backlog_now, scaled_cost and ceil_div on a passing check's
+-- operands (finite, not negative; a whole scaled cost, else the helper): a Lua function call
+-- costs about 400 instructions inside Redis, and these run on every check. ceil(x) of such
+-- an x is x - x % 1 (its floor), plus one when that is below x.
+
 -- token bucket: state {level scaled by period, last update} -------------------------------------
 local function token_bucket(state, now, amount, period, burst, cost, into)
   local full = burst * period
@@ -516,14 +523,21 @@ local function token_bucket(state, now, amount, period, burst, cost, into)
       last = now
     end
   end
-  local needed = scaled_cost(cost, period)
+  local needed = cost * period
+  if needed % 1 ~= 0 then needed = scaled_cost(cost, period) end
   if needed <= level then
     level = level - needed
-    local reset = ceil_div(full - level, amount)
+    local q = (full - level) / amount
+    local reset = q - q % 1
+    if reset < q then reset = reset + 1 end
     local remaining = floordiv(level, period)
     -- The next whole token: the level reaches (remaining + 1) * period.
     local more = 0
-    if level < full then more = ceil_div((remaining + 1) * period - level, amount) end
+    if level < full then
+      q = ((remaining + 1) * period - level) / amount
+      more = q - q % 1
+      if more < q then more = more + 1 end
+    end
     into[1], into[2], into[3] = level, last, nil
     return true, remaining, reset, 0, 0, into, reset, more
   end
@@ -545,14 +559,26 @@ end
 
 local function gcra(state, now, amount, period, burst, cost, into)
   local tolerance = burst * period
-  local rel = backlog_now(state, now, amount)
-  local backlog = rel + scaled_cost(cost, period)
+  local rel = 0
+  if state then  -- backlog_now: what is left of it at now, never below 0
+    rel = state[1] - (now - state[2]) * amount
+    if rel < 0 then rel = 0 end
+  end
+  local step = cost * period
+  if step % 1 ~= 0 then step = scaled_cost(cost, period) end
+  local backlog = rel + step
   if backlog <= tolerance then
-    local reset = ceil_div(backlog, amount)
+    local q = backlog / amount
+    local reset = q - q % 1
+    if reset < q then reset = reset + 1 end
     local remaining = floordiv(tolerance - backlog, period)
     -- One more unit fits once the backlog is down to tolerance - (remaining + 1) * period.
     local more = 0
-    if remaining < burst then more = ceil_div(backlog - tolerance + (remaining + 1) * period, amount) end
+    if remaining < burst then
+      q = (backlog - tolerance + (remaining + 1) * period) / amount
+      more = q - q % 1
+      if more < q then more = more + 1 end
+    end
     into[1], into[2], into[3] = backlog, now, nil
     return true, remaining, reset, 0, 0, into, reset, more
   end
@@ -563,15 +589,28 @@ end
 
 local function leaky_bucket(state, now, amount, period, burst, cost, into)
   local capacity = burst * period
-  local queued = backlog_now(state, now, amount)
-  local step = scaled_cost(cost, period)
+  local queued = 0
+  if state then  -- backlog_now, as in gcra
+    queued = state[1] - (now - state[2]) * amount
+    if queued < 0 then queued = 0 end
+  end
+  local step = cost * period
+  if step % 1 ~= 0 then step = scaled_cost(cost, period) end
   if queued + step <= capacity then
-    local delay = ceil_div(queued, amount)
+    local q = queued / amount
+    local delay = q - q % 1
+    if delay < q then delay = delay + 1 end
     local backlog = queued + step
-    local reset = ceil_div(backlog, amount)
+    q = backlog / amount
+    local reset = q - q % 1
+    if reset < q then reset = reset + 1 end
     local remaining = floordiv(capacity - backlog, period)
     local more = 0
-    if remaining < burst then more = ceil_div(backlog - capacity + (remaining + 1) * period, amount) end
+    if remaining < burst then
+      q = (backlog - capacity + (remaining + 1) * period) / amount
+      more = q - q % 1
+      if more < q then more = more + 1 end
+    end
     into[1], into[2], into[3] = backlog, now, nil
     return true, remaining, reset, 0, delay, into, reset, more
   end
@@ -671,7 +710,7 @@ end
 local DECIDE_BIG = {[4] = token_bucket_big, [5] = gcra_big, [6] = leaky_bucket_big}
 
 local LOG = 2
-local LAYOUTS, SHORT_LAYOUTS = {}, {}  -- checks -> the struct layout of a whole reply
+local LAYOUTS, SHORT_LAYOUTS, SAME_LAYOUTS = {}, {}, {}  -- checks -> a whole reply's layout
 -- A check's table and its outcome's, by position, kept from call to call and refilled (a
 -- function library's definitions outlive calls): a table a call makes costs about 1,000
 -- instructions with its share of garbage collection. An outcome is the deciders' eight
@@ -777,7 +816,7 @@ local function bucket_value(code, state, amount, period, burst, start, is_big_ch
   if is_big_check then return big_text(state[1]) .. ' ' .. format('%d', state[2]) end
   local backlog, at = state[1], state[2]
   if code == 4 then backlog = burst * period - backlog end
-  if backlog == floor(backlog) and backlog >= 0 and at >= start
+  if backlog % 1 == 0 and backlog >= 0 and at >= start  -- (x % 1 == 0: whole, finite)
       and 4 * (burst * period + 2 * amount) < EXACT then
     local v = (at - start) * amount + backlog
     if v < EXACT then return format('%d', v) end
@@ -850,13 +889,51 @@ local function uncount(c)
 end
 
 -- A check's state at now (nil when absent); for the bucket kinds the hash it was found in
--- and that generation's number; and the hash a hit at now writes it to. The bucket kinds
--- look in the current generation and the previous one, from `ahead` generations on (a
--- refund, made at the instant of its hit, may find the state moved forward since), and keep
--- the generations' length and the current one's number for the write (c[21], c[22]).
+-- and that generation's number; and the hash a hit at now writes it to (the windowed kinds;
+-- a bucket kind's is chosen by store). The bucket kinds look in the previous generation's
+-- hash first, where most states of the current one are (see store), then in the current
+-- one's, and `ahead` generations on (a refund, made at the instant of its hit, may find the
+-- state moved forward since); they keep the generations' length, the current one's number
+-- and the number of the one the state was found in for the write (c[21], c[22], c[23]).
 -- `counting`: a hit, whose windowed checks may be counted ahead (see count_ahead).
 local function load(c, now, ahead, counting)
   local key, code, amount, period, burst, field = c[1], c[2], c[3], c[4], c[5], c[9]
+  if code >= 4 then
+    -- generation(), and floordiv(now, length) for a whole now below 2^52 (as TIME's is)
+    local q = burst * period / amount
+    local length = q - q % 1
+    if length < q then length = length + 1 end
+    length = length + 1
+    local g
+    if now % 1 == 0 and now < HALF and now >= 0 and length < HALF then
+      local m = now % length
+      if m >= length then m = m - length elseif m < 0 then m = m + length end
+      g = (now - m) / length
+    else
+      g = floordiv(now, generation(amount, period, burst))
+    end
+    c[21], c[22], c[23] = length, g, false
+    for n = g - 1, g + ahead do
+      local hash = hash_of(key, n)
+      local raw = redis_call('HGET', hash, field)
+      if raw then
+        c[23] = n
+        local state = c[16]
+        local v = not c[7] and tonumber(raw)
+        if not v then  -- big integers, or a NUL and doubles
+          return bucket_state(raw, code, amount, period, burst, n * length, c[7], state), hash, n
+        end
+        -- bucket_state of one integer: the backlog at now, zero once drained (which decides
+        -- exactly like no state); the token bucket's level refilled up to now
+        local rel = v - (now - n * length) * amount
+        if rel < 0 then rel = 0 end
+        if code == 4 then rel = burst * period - rel end
+        state[1], state[2], state[3] = rel, now, nil
+        return state, hash, n
+      end
+    end
+    return nil
+  end
   if code == 1 then
     local window = floordiv(now, period)
     local home = hash_of(key, window)
@@ -919,20 +996,7 @@ local function load(c, now, ahead, counting)
     end
     return {entries = entries, orig = #raw, text = table.concat(raw, ',')}
   end
-  local length = generation(amount, period, burst)
-  local g = floordiv(now, length)
-  c[21], c[22] = length, g
-  local home
-  for n = g + ahead, g - 1, -1 do
-    local hash = hash_of(key, n)
-    if n == g then home = hash end
-    local raw = redis_call('HGET', hash, field)
-    if raw then
-      return bucket_state(raw, code, amount, period, burst, n * length, c[7], c[16]), hash, n,
-             home
-    end
-  end
-  return nil, nil, nil, home
+  error('unknown algorithm code ' .. code)
 end
 
 -- A state as the deny cache reads it (parse_state in _script.py): one integer whenever that
@@ -1002,10 +1066,11 @@ local function store_log(key, state, ms)
   redis_call('PEXPIRE', key, ms)
 end
 
--- Write what a passing hit leaves in `hash`, the one of its window or of the current
--- generation (the bucket kinds: moved there from `found`, the previous one, when it was read
--- there). A hash gets its expiry with its first field: when the window is over (the sliding
--- window counter: the next one too, which reads it), or two generations on.
+-- Write what a passing hit leaves in `hash`, the one of its window (the windowed kinds), or
+-- in the oldest hash that outlives it (the bucket kinds: see below; moved there from
+-- `found` when it was read elsewhere). A hash gets its expiry with its first field: when the
+-- window is over (the sliding window counter: the next one too, which reads it), or two
+-- generations after its own began.
 -- A count made ahead (count_ahead, by the check that read the state: c[10]) is written
 -- already unless another check of the same state counted too.
 local function store(c, state, ttl, now, margin_ms, found, hash)
@@ -1025,9 +1090,16 @@ local function store(c, state, ttl, now, margin_ms, found, hash)
       value = pair_value(state[2], state[3], amount)
     end
   else
-    local length, g = e[21], e[22]
-    ends = (g + 2) * length
-    value = bucket_value(code, state, amount, period, burst, g * length, c[7])
+    -- The previous generation's hash expires when this generation ends: a state over by
+    -- then (ttl: until it is full again) is kept there, so it goes when its hash goes, and
+    -- a state that stays in its hash costs no HDEL of its old place and no PEXPIRE of a new
+    -- one when generations turn over. Else, or when found in this generation's hash (never
+    -- moved back: an HDEL), in this generation's.
+    local length, g, n = e[21], e[22], e[22] - 1
+    if c[7] or e[23] == g or ttl > (g + 1) * length - now then n = g end
+    if n == e[23] then hash = found else hash = hash_of(key, n) end
+    ends = (n + 2) * length
+    value = bucket_value(code, state, amount, period, burst, n * length, c[7])
   end
   local new = e[18] and e[20]  -- counted ahead into a field that was not there
   if value and redis_call('HSET', hash, field, value) == 1 then new = true end
@@ -1149,6 +1221,265 @@ local function start_blocks(checks, outcomes, now, margin_ms)
   end
 end
 
+-- A common hit, decided on locals --------------------------------------------------------------
+-- The commonest call: a hit of any kinds but the sliding log (no block, nothing past 2^53, no
+-- state checked twice, a bucket's state stored as one integer, a window's cost whole) that
+-- every check passes. It is decided here as load (a window's hit counted ahead), the
+-- deciders, store and the reply below decide it, operation for operation, but on locals and
+-- a few kept tables instead of a check's and an outcome's tables, and with their helpers
+-- inlined where they are short (inside Redis a table access costs about 100 instructions, a
+-- function call about 400). The token bucket's level is taken as what it lacks to be full,
+-- as its stored value is: its steps are then GCRA's, the same numbers (every one a whole
+-- number below 2^53: exact). Anything else returns nil, with every count made ahead given
+-- back (uncount): it is then decided the general way (a refused check's reads and counts
+-- are made again).
+local B_KEY, B_FIELD, B_LENGTH, B_HASH, B_FOUND, B_PLACE, B_VALUE = {}, {}, {}, {}, {}, {}, {}
+local B_COUNTED, B_DELAY, B_TTL = {}, {}, {}  -- a window's count made ahead, or false
+local B_NUMBERS = {}  -- a reply of seven numbers a check
+local CODES_LAYOUTS = {}  -- checks -> the struct layout of their codes alone
+
+-- Give back what the first k checks counted ahead (as uncount does); nil.
+local function give_back(k)
+  for j = 1, k do
+    local step = B_COUNTED[j]
+    if step then
+      local hash, field = B_HASH[j], B_FIELD[j]
+      if redis_call('HINCRBY', hash, field, INCREMENTS[-step] or increment(-step)) == 0 then
+        redis_call('HDEL', hash, field)
+      end
+    end
+  end
+  return nil
+end
+
+local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amount1, period1,
+                           burst1, cost1)
+  if now % 1 ~= 0 or now < 0 or now >= HALF then return nil end
+  local at = 27 + 8 * n
+  if n > 1 then  -- every other check's code, before anything is read (a block adds 16)
+    local layout = CODES_LAYOUTS[n]
+    if not layout then
+      layout = '<' .. string.rep(string.rep('x', 32) .. 'd', n - 1)
+      CODES_LAYOUTS[n] = layout
+    end
+    if n <= 4 then  -- in locals (a table a call makes costs about 1,000 instructions)
+      local b, c, d = unpack_struct(layout, arg, at + 8)  -- (then the position after them)
+      if b > 6 or b == 2 or n > 2 and (c > 6 or c == 2) or n > 3 and (d > 6 or d == 2) then
+        return nil
+      end
+    else
+      local codes = {unpack_struct(layout, arg, at + 8)}
+      for i = 1, n - 1 do
+        local code = codes[i]
+        if code > 6 or code == 2 then return nil end
+      end
+    end
+  end
+  local reply, shaped, counter = VALUES, false, false  -- (the short reply's numbers)
+  local to = 2
+  for i = 1, n do
+    local field, code, amount, period, burst, cost = field1, code1, amount1, period1, burst1,
+                                                     cost1
+    if not one then
+      code, amount, period, burst, cost = unpack_struct('<ddddd', arg, at)
+      field = sub(arg, 19 + 8 * i, 26 + 8 * i)
+      at = at + 40
+    end
+    B_COUNTED[i] = false
+    local key = keys[i]
+    for j = 1, i - 1 do
+      if B_KEY[j] == key and B_FIELD[j] == field then return give_back(i - 1) end
+    end
+    B_KEY[i], B_FIELD[i] = key, field
+    if code == 1 then  -- load's count ahead (count_ahead), fixed_window
+      if cost <= 0 or cost % 1 ~= 0 or amount + cost >= EXACT or period >= HALF then
+        return give_back(i - 1)
+      end
+      local m = now % period
+      if m >= period then m = m - period elseif m < 0 then m = m + period end
+      local window = (now - m) / period
+      local hash = hash_of(key, window)
+      local count = redis_pcall('HINCRBY', hash, field, INCREMENTS[cost] or increment(cost))
+      if type(count) == 'table' then  -- (as in count_ahead)
+        if string.find(count.err, 'not an integer', 1, true) then return give_back(i - 1) end
+        count = redis_call('HINCRBY', hash, field, INCREMENTS[cost] or increment(cost))
+      end
+      B_HASH[i], B_COUNTED[i] = hash, cost
+      if cost > amount - (count - cost) then return give_back(i) end  -- refused
+      local ends = (window + 1) * period
+      B_FOUND[i], B_LENGTH[i] = count == cost, ends  -- a new field: its hash's expiry
+      local reset = ends - now
+      reply[to + 1], reply[to + 2], reply[to + 3] = amount - count, reset, reset
+      B_DELAY[i], B_TTL[i], B_VALUE[i], to = 0, reset, false, to + 3
+    elseif code == 3 then  -- load's count ahead, sliding_window_counter
+      local m = amount + 1
+      if cost <= 0 or cost % 1 ~= 0 or (m + cost) * m >= EXACT or period >= HALF then
+        return give_back(i - 1)
+      end
+      local r = now % period
+      if r >= period then r = r - period elseif r < 0 then r = r + period end
+      local window = (now - r) / period
+      local hash = hash_of(key, window)
+      local step = cost * m
+      local pair = redis_pcall('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
+      if type(pair) == 'table' then  -- (as in count_ahead)
+        if string.find(pair.err, 'not an integer', 1, true) then return give_back(i - 1) end
+        pair = redis_call('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
+      end
+      B_HASH[i], B_COUNTED[i] = hash, step
+      local current, previous = 0, 0
+      if pair ~= step then
+        current, previous = divmod(pair - step, m)
+      else  -- the window's first request: the previous window's count (pair_of)
+        local raw = redis_call('HGET', hash_of(key, window - 1), field)
+        if raw then
+          local v = tonumber(raw)
+          if not v then return give_back(i) end  -- a NUL and doubles
+          previous = divmod(v, m)
+        end
+      end
+      local elapsed = now - window * period
+      local est = estimate(current, previous, elapsed, period)
+      if cost > amount - est then return give_back(i) end  -- refused
+      current = current + cost
+      local reset = current >= 1 and full_again(current, elapsed, period)
+      if not reset then
+        reset = wait_until_fits(amount, amount, current, previous, elapsed, period)
+      end
+      local ttl = period - elapsed
+      if current ~= 0 then ttl = 2 * period - elapsed end
+      local remaining = amount - est - cost
+      local more = more_quota_in(remaining, amount, current, previous, elapsed, period)
+      -- store: the pair (pair_value), unless the count made ahead is all of it
+      local value = current * m + previous
+      if previous >= m or value >= EXACT then return give_back(i) end
+      B_FOUND[i], B_LENGTH[i] = pair == step, (window + 2) * period
+      reply[to + 1], reply[to + 2], reply[to + 3] = remaining, reset, more
+      B_DELAY[i], B_TTL[i], B_VALUE[i], to = 0, ttl, value ~= pair and value, to + 3
+      counter = true
+    else
+      local full = burst * period
+      if 4 * (full + 2 * amount) >= EXACT then return give_back(i - 1) end  -- (see bucket_value)
+      -- load: generation(), floordiv(now, length), the previous generation's hash first
+      local q = full / amount
+      local length = q - q % 1
+      if length < q then length = length + 1 end
+      length = length + 1
+      local m = now % length
+      if m >= length then m = m - length elseif m < 0 then m = m + length end
+      local g = (now - m) / length
+      local found, hash = g - 1, hash_of(key, g - 1)
+      local raw = redis_call('HGET', hash, field)
+      if not raw then
+        found, hash = g, hash_of(key, g)
+        raw = redis_call('HGET', hash, field)
+      end
+      local rel = 0  -- the backlog at now (bucket_state)
+      if raw then
+        local v = tonumber(raw)
+        if not v then return give_back(i - 1) end  -- a NUL and doubles
+        rel = v - (now - found * length) * amount
+        if rel < 0 then rel = 0 end
+      else
+        found = false
+      end
+      -- the decider
+      local step = cost * period
+      if step % 1 ~= 0 then step = scaled_cost(cost, period) end
+      local backlog = rel + step
+      if backlog > full then return give_back(i - 1) end  -- refused
+      q = backlog / amount
+      local reset = q - q % 1
+      if reset < q then reset = reset + 1 end
+      local room = full - backlog  -- floordiv(room, period)
+      m = room % period
+      if m >= period then m = m - period elseif m < 0 then m = m + period end
+      local remaining = (room - m) / period
+      local more = 0
+      if remaining < burst then
+        q = (backlog - full + (remaining + 1) * period) / amount
+        more = q - q % 1
+        if more < q then more = more + 1 end
+      end
+      local delay = 0
+      if code == 6 and rel > 0 then
+        q = rel / amount
+        delay = q - q % 1
+        if delay < q then delay = delay + 1 end
+        shaped = true
+      end
+      -- store: where (see store) and what (bucket_value)
+      local place = false
+      if cost ~= 0 then
+        place = g - 1
+        if found == g or reset > (g + 1) * length - now then place = g end
+        local v = (now - place * length) * amount + backlog
+        if v >= EXACT then return give_back(i - 1) end
+        B_VALUE[i] = v
+      end
+      B_LENGTH[i], B_HASH[i], B_FOUND[i], B_PLACE[i] = length, hash, found, place
+      reply[to + 1], reply[to + 2], reply[to + 3] = remaining, reset, more
+      B_DELAY[i], B_TTL[i], to = delay, reset, to + 3
+    end
+  end
+  for i = 1, n do
+    local place, found, field = B_PLACE[i], B_FOUND[i], B_FIELD[i]
+    if B_COUNTED[i] then  -- counted already: a new field gives its hash an expiry (store)
+      local value = B_VALUE[i]
+      if value then redis_call('HSET', B_HASH[i], field, format('%d', value)) end
+      if found then
+        redis_call('PEXPIRE', B_HASH[i], format('%d', ceil((B_LENGTH[i] - now) / 1000) + margin_ms))
+      end
+    elseif place then
+      local hash = B_HASH[i]
+      if place ~= found then hash = hash_of(B_KEY[i], place) end
+      if redis_call('HSET', hash, field, format('%d', B_VALUE[i])) == 1 then
+        local ends = (place + 2) * B_LENGTH[i]
+        redis_call('PEXPIRE', hash, format('%d', ceil((ends - now) / 1000) + margin_ms))
+      end
+      if found and found ~= place then redis_call('HDEL', B_HASH[i], field) end
+    end
+  end
+  -- the reply: remaining, reset_us (also the ttl), next_us a check (flags 1 + 2 + 8 + 16), or
+  -- when a leaky bucket delays, all seven numbers (flags 1 + 2)
+  if not shaped and not counter then
+    if n == 1 then return pack('<ddi8i8i8', now, 27, reply[3], reply[4], reply[5]) end
+    reply[1], reply[2] = now, 27
+    local layout = SAME_LAYOUTS[n]
+    if not layout then
+      layout = '<dd' .. string.rep('i8', 3 * n)
+      SAME_LAYOUTS[n] = layout
+    end
+    return pack(layout, unpack(reply, 1, to))
+  end
+  -- four numbers a check (flags 1 + 2 + 8: remaining, reset_us, ttl_us, next_us) with a
+  -- sliding window counter, whose ttl is not its reset; seven when a leaky bucket delays
+  local numbers = B_NUMBERS
+  numbers[1], numbers[2] = now, shaped and 3 or 11
+  local out = 2
+  for i = 1, n do
+    local from = 3 * i
+    local remaining, reset, more = reply[from], reply[from + 1], reply[from + 2]
+    if shaped then
+      numbers[out + 1], numbers[out + 2], numbers[out + 3], numbers[out + 4] = 1, remaining,
+                                                                              reset, 0
+      numbers[out + 5], numbers[out + 6], numbers[out + 7] = B_DELAY[i], B_TTL[i], more
+      out = out + 7
+    else
+      numbers[out + 1], numbers[out + 2], numbers[out + 3], numbers[out + 4] = remaining, reset,
+                                                                              B_TTL[i], more
+      out = out + 4
+    end
+  end
+  local layouts = shaped and LAYOUTS or SHORT_LAYOUTS
+  local layout = layouts[n]
+  if not layout then
+    layout = '<dd' .. string.rep('i8', (shaped and 7 or 4) * n)
+    layouts[n] = layout
+  end
+  return pack(layout, unpack(numbers, 1, out))
+end
+
 -- main -----------------------------------------------------------------------------------------
 local arg = ARGV[1]
 -- One check without a block (the commonest call, 74 bytes) is read with the head, in one
@@ -1175,6 +1506,13 @@ else
 end
 NOW, NOW_TEXT = now, nil
 local want_state = want == 1
+-- (A call whose first check is a sliding log's, or has a block, is not one of these.)
+local first = code1 or n > 0 and unpack_struct('<d', arg, 27 + 8 * n)
+if mode == HIT and first and first <= 6 and first ~= 2 then
+  local reply = common_hit(arg, n, one, now, margin_ms, KEYS, field1, code1, amount1, period1,
+                            burst1, cost1)
+  if reply then return reply end
+end
 
 local checks = CALL_CHECKS
 for i = #checks, n + 1, -1 do checks[i] = nil end  -- a longer earlier call's
@@ -1291,22 +1629,25 @@ local states = want_state and not all_allowed
 -- struct.pack (about 0.5k instructions a number; an array reply costs twice that, text
 -- more). x % 1 == 0 says whole without a call (false for infinity); a big check's numbers
 -- may be big integers (tables), which go as text below. When every check passes with no
--- wait and no delay (the commonest reply by far), four numbers a check say it all.
+-- wait and no delay (the commonest reply by far), four numbers a check say it all (three, in
+-- common_hit's reply, when each ttl is its reset).
 local whole, short = true, all_allowed
 local values = VALUES  -- the short reply's numbers (several checks), gathered on the way
 local at = 2
 for i = 1, n do
   local o = outcomes[i]
   local remaining, reset, retry, delay, ttl, more = o[2], o[3], o[4], o[5], o[7], o[8] or 0
-  if checks[i][7] then
+  local c = checks[i]
+  if c[7] then
     if type(reset) == 'table' or type(retry) == 'table' or type(delay) == 'table'
         or type(ttl) == 'table' or type(more) == 'table' then
       whole = false
       break
     end
   end
-  if remaining % 1 ~= 0 or reset % 1 ~= 0 or retry % 1 ~= 0 or delay % 1 ~= 0 or ttl % 1 ~= 0
-      or more % 1 ~= 0 then
+  -- (A passing bucket check's numbers are whole: floors and ceilings, and no retry.)
+  if (c[2] < 4 or c[7] or not o[1]) and (remaining % 1 ~= 0 or reset % 1 ~= 0
+      or retry % 1 ~= 0 or delay % 1 ~= 0 or ttl % 1 ~= 0 or more % 1 ~= 0) then
     whole = false
     break
   end
