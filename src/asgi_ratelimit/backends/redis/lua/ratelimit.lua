@@ -711,6 +711,13 @@ local DECIDE_BIG = {[4] = token_bucket_big, [5] = gcra_big, [6] = leaky_bucket_b
 
 local LOG = 2
 local LAYOUTS, SHORT_LAYOUTS, SAME_LAYOUTS = {}, {}, {}  -- checks -> a whole reply's layout
+-- The layout of a reply of `each` integers a check for n checks, kept in `layouts` (called
+-- only when it is not there yet: `layouts[n] or integers_layout(layouts, n, each)`).
+local function integers_layout(layouts, n, each)
+  local layout = '<dd' .. string.rep('i8', each * n)
+  layouts[n] = layout
+  return layout
+end
 -- A check's table and its outcome's, by position, kept from call to call and refilled (a
 -- function library's definitions outlive calls): a table a call makes costs about 1,000
 -- instructions with its share of garbage collection. An outcome is the deciders' eight
@@ -1445,11 +1452,7 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
   if not shaped and not counter then
     if n == 1 then return pack('<ddi8i8i8', now, 27, reply[3], reply[4], reply[5]) end
     reply[1], reply[2] = now, 27
-    local layout = SAME_LAYOUTS[n]
-    if not layout then
-      layout = '<dd' .. string.rep('i8', 3 * n)
-      SAME_LAYOUTS[n] = layout
-    end
+    local layout = SAME_LAYOUTS[n] or integers_layout(SAME_LAYOUTS, n, 3)
     return pack(layout, unpack(reply, 1, to))
   end
   -- four numbers a check (flags 1 + 2 + 8: remaining, reset_us, ttl_us, next_us) with a
@@ -1472,11 +1475,7 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
     end
   end
   local layouts = shaped and LAYOUTS or SHORT_LAYOUTS
-  local layout = layouts[n]
-  if not layout then
-    layout = '<dd' .. string.rep('i8', (shaped and 7 or 4) * n)
-    layouts[n] = layout
-  end
+  local layout = layouts[n] or integers_layout(layouts, n, shaped and 7 or 4)
   return pack(layout, unpack(numbers, 1, out))
 end
 
@@ -1663,11 +1662,7 @@ if whole and short then  -- flags 1 + 2 + 8; remaining, reset_us, ttl_us, next_u
     return pack('<ddi8i8i8i8', now, 11, o[2], o[3], o[7], o[8] or 0)
   end
   values[1], values[2] = now, 11
-  local layout = SHORT_LAYOUTS[n]
-  if not layout then
-    layout = '<dd' .. string.rep('i8', 4 * n)
-    SHORT_LAYOUTS[n] = layout
-  end
+  local layout = SHORT_LAYOUTS[n] or integers_layout(SHORT_LAYOUTS, n, 4)
   return pack(layout, unpack(values, 1, at))
 end
 if whole and n == 1 then
@@ -1688,11 +1683,7 @@ if whole then
     values[at + 5], values[at + 6], values[at + 7] = o[5], o[7], o[8] or 0
     at = at + 7
   end
-  local layout = LAYOUTS[n]
-  if not layout then
-    layout = '<dd' .. string.rep('i8', 7 * n)
-    LAYOUTS[n] = layout
-  end
+  local layout = LAYOUTS[n] or integers_layout(LAYOUTS, n, 7)
   local reply = pack(layout, unpack(values, 1, at))
   if not states then return reply end
   local parts = {reply}
