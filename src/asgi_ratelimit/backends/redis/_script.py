@@ -214,12 +214,14 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
     if not isinstance(reply, bytes):
         raise TypeError(f"the script's reply must be read undecoded (bytes), got {reply!r:.80}")
     now, flags = _HEAD.unpack_from(reply)
-    if flags == _SHORT:  # every check passed with no wait and no delay: four integers each
-        passed = _short_layout(len(checks)).unpack_from(reply, _HEAD.size)
+    if flags in (_SHORT, _SAME):  # every check passed with no wait and no delay
+        # remaining, reset_us, ttl_us, next_us a check; without the ttl when it is the reset
+        each = 4 if flags == _SHORT else 3
+        ttl = each - 2  # (where the ttl is: the reset's place when there are three)
+        passed = _short_layout(len(checks), each).unpack_from(reply, _HEAD.size)
         passing: list[Outcome] = []
         at = 0
         for check in checks:
-            # remaining, reset_us, ttl_us, next_us
             passing.append(
                 Outcome(
                     True,
@@ -229,26 +231,12 @@ def decode(reply: bytes, checks: Sequence[Check]) -> tuple[int, list[Outcome], l
                     0,
                     0,
                     None,
-                    passed[at + 2],
-                    passed[at + 3],
+                    passed[at + ttl],
+                    passed[at + each - 1],
                 )
             )
-            at += 4
+            at += each
         return int(now), passing, [None] * len(checks)
-    if flags == _SAME:  # the same, each check's ttl being its reset: three integers each
-        passed = _short_layout(len(checks), 3).unpack_from(reply, _HEAD.size)
-        same: list[Outcome] = []
-        at = 0
-        for check in checks:
-            # remaining, reset_us (and ttl_us), next_us
-            reset = passed[at + 1]
-            same.append(
-                Outcome(
-                    True, check.limit.burst, passed[at], reset, 0, 0, None, reset, passed[at + 2]
-                )
-            )
-            at += 3
-        return int(now), same, [None] * len(checks)
     if flags >= 4:  # a number past 2^53 (a big limit's times): text
         texts, offset = _decode_text(reply, checks)
         return int(now), texts, _states(reply, offset, checks, int(now))
