@@ -748,16 +748,18 @@ end
 -- The hash of a check's limit (key: prefix{bucket}:<limit code>) for window or generation n.
 -- The numbers' text is remembered (a function library keeps it from call to call, emptied
 -- past 256): string.format costs about 2,000 instructions inside Redis, a lookup 100.
+-- common_hit reads NUMBERS itself (`key .. (NUMBERS[n] or number_text(n))`): a call of
+-- hash_of costs about 400 instructions more.
 local NUMBERS, numbers_kept = {}, 0
+local function number_text(n)
+  if numbers_kept >= 256 then NUMBERS, numbers_kept = {}, 0 end
+  local text = ':' .. format('%d', n)
+  NUMBERS[n] = text
+  numbers_kept = numbers_kept + 1
+  return text
+end
 local function hash_of(key, n)
-  local text = NUMBERS[n]
-  if not text then
-    if numbers_kept >= 256 then NUMBERS, numbers_kept = {}, 0 end
-    text = ':' .. format('%d', n)
-    NUMBERS[n] = text
-    numbers_kept = numbers_kept + 1
-  end
-  return key .. text
+  return key .. (NUMBERS[n] or number_text(n))
 end
 
 -- The length of a bucket's generations: longer than a state can matter (the time to be full
@@ -1262,21 +1264,29 @@ end
 local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amount1, period1,
                            burst1, cost1)
   if now % 1 ~= 0 or now < 0 or now >= HALF then return nil end
+  -- The kept tables in registers: an upvalue's table costs a bytecode more at each of its
+  -- two dozen uses a check (GETUPVAL before the GETTABLE or SETTABLE, about 40 instructions).
+  local B_KEY, B_FIELD, B_LENGTH, B_HASH, B_FOUND, B_PLACE, B_VALUE = B_KEY, B_FIELD, B_LENGTH,
+                                                                      B_HASH, B_FOUND, B_PLACE,
+                                                                      B_VALUE
+  local B_COUNTED, B_DELAY, B_TTL, EXACT = B_COUNTED, B_DELAY, B_TTL, EXACT
   local at = 27 + 8 * n
-  if n > 1 then  -- every other check's code, before anything is read (a block adds 16)
+  if not one then  -- every check's code, in one unpack, before anything is read (a block
+    -- adds 16: a check with a block is not one of these, nor a sliding log's, 2)
     local layout = CODES_LAYOUTS[n]
     if not layout then
-      layout = '<' .. string.rep(string.rep('x', 32) .. 'd', n - 1)
+      layout = '<d' .. string.rep(string.rep('x', 32) .. 'd', n - 1)
       CODES_LAYOUTS[n] = layout
     end
     if n <= 4 then  -- in locals (a table a call makes costs about 1,000 instructions)
-      local b, c, d = unpack_struct(layout, arg, at + 8)  -- (then the position after them)
-      if b > 6 or b == 2 or n > 2 and (c > 6 or c == 2) or n > 3 and (d > 6 or d == 2) then
+      local a, b, c, d = unpack_struct(layout, arg, at)  -- (then the position after them)
+      if a > 6 or a == 2 or n > 1 and (b > 6 or b == 2) or n > 2 and (c > 6 or c == 2)
+          or n > 3 and (d > 6 or d == 2) then
         return nil
       end
     else
-      local codes = {unpack_struct(layout, arg, at + 8)}
-      for i = 1, n - 1 do
+      local codes = {unpack_struct(layout, arg, at)}
+      for i = 1, n do
         local code = codes[i]
         if code > 6 or code == 2 then return nil end
       end
@@ -1305,7 +1315,7 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       local m = now % period
       if m >= period then m = m - period elseif m < 0 then m = m + period end
       local window = (now - m) / period
-      local hash = hash_of(key, window)
+      local hash = key .. (NUMBERS[window] or number_text(window))
       local count = redis_pcall('HINCRBY', hash, field, INCREMENTS[cost] or increment(cost))
       if type(count) == 'table' then  -- (as in count_ahead)
         if string.find(count.err, 'not an integer', 1, true) then return give_back(i - 1) end
@@ -1326,7 +1336,7 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       local r = now % period
       if r >= period then r = r - period elseif r < 0 then r = r + period end
       local window = (now - r) / period
-      local hash = hash_of(key, window)
+      local hash = key .. (NUMBERS[window] or number_text(window))
       local step = cost * m
       local pair = redis_pcall('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
       if type(pair) == 'table' then  -- (as in count_ahead)
@@ -1338,11 +1348,11 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       if pair ~= step then
         current, previous = divmod(pair - step, m)
       else  -- the window's first request: the previous window's count (pair_of)
-        local raw = redis_call('HGET', hash_of(key, window - 1), field)
+        local raw = redis_call('HGET', key .. (NUMBERS[window - 1] or number_text(window - 1)),
+                               field)
         if raw then
-          local v = tonumber(raw)
-          if not v then return give_back(i) end  -- a NUL and doubles
-          previous = divmod(v, m)
+          if #raw > 16 then return give_back(i) end  -- a NUL and doubles (see below)
+          previous = divmod(raw + 0, m)
         end
       end
       local elapsed = now - window * period
@@ -1375,17 +1385,19 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       local m = now % length
       if m >= length then m = m - length elseif m < 0 then m = m + length end
       local g = (now - m) / length
-      local found, hash = g - 1, hash_of(key, g - 1)
+      local found, hash = g - 1, key .. (NUMBERS[g - 1] or number_text(g - 1))
       local raw = redis_call('HGET', hash, field)
       if not raw then
-        found, hash = g, hash_of(key, g)
+        found, hash = g, key .. (NUMBERS[g] or number_text(g))
         raw = redis_call('HGET', hash, field)
       end
       local rel = 0  -- the backlog at now (bucket_state)
       if raw then
-        local v = tonumber(raw)
-        if not v then return give_back(i - 1) end  -- a NUL and doubles
-        rel = v - (now - found * length) * amount
+        -- A NUL and doubles (17 bytes) is left to the general path; an integer's text (at most
+        -- 16 digits below 2^53) is read by the arithmetic itself, as tonumber reads it, without
+        -- tonumber's call.
+        if #raw > 16 then return give_back(i - 1) end
+        rel = raw - (now - found * length) * amount
         if rel < 0 then rel = 0 end
       else
         found = false
@@ -1505,9 +1517,9 @@ else
 end
 NOW, NOW_TEXT = now, nil
 local want_state = want == 1
--- (A call whose first check is a sliding log's, or has a block, is not one of these.)
-local first = code1 or n > 0 and unpack_struct('<d', arg, 27 + 8 * n)
-if mode == HIT and first and first <= 6 and first ~= 2 then
+-- (A call with a sliding log's check, or a check with a block, is not one of these:
+-- common_hit reads the codes of a call of several checks itself.)
+if mode == HIT and n > 0 and (not one or code1 <= 6 and code1 ~= 2) then
   local reply = common_hit(arg, n, one, now, margin_ms, KEYS, field1, code1, amount1, period1,
                             burst1, cost1)
   if reply then return reply end
