@@ -60,6 +60,12 @@ class RedisServer:
         self.__exit__(None, None, None)
         raise SystemExit("benchmarks: redis-server did not start within 10 s")
 
+    @property
+    def pid(self) -> int:
+        """The running server's process id."""
+        assert self._proc is not None, "the server is not running"
+        return self._proc.pid
+
     def kill(self) -> None:
         """SIGKILL: the server dies with replies owed, as in an outage."""
         if self._proc is not None:

@@ -122,6 +122,22 @@ def test_memory_and_redis_cluster_agree_on_blocks(redis_cluster_url: str, schedu
     asyncio.run(_compare(redis_cluster_url, schedule, block=BLOCK))
 
 
+@pytest.mark.parametrize(
+    "which",
+    [[0, 2, 4, 1], [4, 6, 8, 9, 1], [0, 2, 4, 6, 8, 1], [2, 1, 4, 6]],
+    ids=["log fourth of four", "log fifth of five", "log sixth of six", "log second"],
+)
+def test_a_sliding_log_among_many_checks_is_decided_as_one(
+    redis_url: str, which: list[int]
+) -> None:
+    """The script's locals path (common_hit) takes no call with a sliding log's check: it reads
+    every check's code first, in locals up to four checks and in a table past that. Requests
+    of four to six checks with the log last (and one with it second), hit until every limit
+    is spent and again after the time passes, agree with the memory backend."""
+    schedule = [(250_000 if i % 4 == 0 else 7, "a", which, 1, False) for i in range(24)]
+    asyncio.run(_compare(redis_url, schedule))
+
+
 def test_large_limits_stay_exact(redis_url: str) -> None:
     """Big amounts, long periods: Python's now * amount passes 2^53, the Lua side must not."""
     big = [

@@ -26,6 +26,7 @@ from redis.credentials import UsernamePasswordCredentialProvider
 from asgi_ratelimit._errors import BackendError
 from asgi_ratelimit._key_secret import KeySecret, identity_tag
 from asgi_ratelimit._rates import Limit
+from asgi_ratelimit.algorithms import gcra
 from asgi_ratelimit.backends._memory import MemoryBackend
 from asgi_ratelimit.backends._protocol import Check
 from asgi_ratelimit.backends.redis import RedisBackend
@@ -353,6 +354,26 @@ async def test_servers_without_functions_get_evalsha(
 # -- the wire format and the Lua number text ----------------------------------------------
 
 
+@pytest.mark.parametrize("algorithm", ["token_bucket", "gcra", "leaky_bucket"])
+def test_a_backlog_decodes_to_the_algorithms_own_numbers(algorithm: str) -> None:
+    """A reply of backlogs (flag 32) sends a passing bucket check's backlog alone, and decode
+    works out its remaining, reset, ttl and next: as algorithms/gcra.py gives them for that
+    backlog, at every backlog a 5/minute limit of burst 7 passes with (steps of a 150th of
+    its period, and the edges), in the three-number form (flag 16) and the four-number one (a
+    sliding window counter beside it)."""
+    limit = Limit("5/minute", algorithm=algorithm, burst=7)
+    counter = Limit("2/minute", algorithm="sliding_window_counter")
+    checks = [Check("k", limit, 1), Check("k", counter, 1)]
+    now = 1_763_000_000_123_456
+    tolerance = limit.burst * limit.period_us
+    for backlog in [*range(0, tolerance + 1, limit.period_us // 150), 1, tolerance - 1, 12_000_001]:
+        expected = gcra.decide((now * limit.amount + backlog,), now, limit, 0)
+        for flags, window in ((1 + 2 + 8 + 16 + 32, (1, 7, 9)), (1 + 2 + 8 + 32, (1, 7, 8, 9))):
+            reply = struct.pack(f"<2d{1 + len(window)}q", now, flags, backlog, *window)
+            _, outcomes, _ = decode(reply, checks)
+            assert outcomes[0] == expected._replace(state=None), backlog
+
+
 def test_reply_decoding_of_fractions_infinity_and_states() -> None:
     limits = [Limit("5/minute", algorithm="token_bucket"), Limit("2/minute")]
     checks = [Check("k", limits[0], 0.5), Check("k", limits[1], 9)]
@@ -399,6 +420,15 @@ def test_reply_decoding_of_fractions_infinity_and_states() -> None:
         (True, 2, 1, 7, 0, 0, None, 7, 9),
     ]
     assert all(type(x) is int for o in outcomes for x in o[2:6]) and parsed == [None, None]
+    # ... and a bucket kind's backlog alone (flag 32), beside a window's three numbers.
+    backlogs = struct.pack("<2d", 1_763_000_000_123_456, 1 + 2 + 8 + 16 + 32)
+    backlogs += struct.pack("<4q", 13_000_000, 1, 7, 9)
+    _, outcomes, parsed = decode(backlogs, checks)
+    assert [tuple(o) for o in outcomes] == [
+        (True, 5, 4, 2_600_000, 0, 0, None, 2_600_000, 2_600_000),
+        (True, 2, 1, 7, 0, 0, None, 7, 9),
+    ]
+    assert parsed == [None, None]
     # ... and the states after them, when asked for, each after its length.
     states_sent = struct.pack("<d", 0) + struct.pack("<d", 12) + b"29383333 1 0"
     _, _, parsed = decode(whole + states_sent, checks)
@@ -440,7 +470,8 @@ async def test_lua_number_text_is_exactly_percent_17g(redis_client: aioredis.Red
 @pytest.mark.redis
 async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix: str) -> None:
     # What makes the hot path fast: one call, one argument (head, fields and checks), one
-    # binary string back (when every check passes: no states, and four numbers a check).
+    # binary string back (when every check passes: no states, four numbers a window's check
+    # beside a sliding window counter's, and a bucket kind's backlog alone).
     async with RedisBackend.from_url(redis_url, prefix=prefix) as backend:
         limits = [Limit("10/second"), Limit("100/minute"), Limit("1000/day", algorithm="gcra")]
         checks = [Check("user:1", limit) for limit in limits]
@@ -451,7 +482,7 @@ async def test_a_three_limit_request_is_one_short_command(redis_url: str, prefix
         names = script_keys(checks, keys)
         reply = await client.evalsha(SCRIPT_SHA, len(names), *names, *args)  # type: ignore[misc]
         await client.aclose()
-        assert isinstance(reply, bytes) and len(reply) == 8 * (2 + 4 * len(checks))
+        assert isinstance(reply, bytes) and len(reply) == 8 * (2 + 4 + 4 + 1)
         _, outcomes, _ = decode(reply, checks)
         assert [(o.allowed, o.remaining) for o in outcomes] == [(True, 9), (True, 99), (True, 999)]
         assert [(o.allowed, o.remaining) for o in await backend.hit(checks)] == [

@@ -31,7 +31,9 @@
 --             and 2: every check passes with no wait and no delay, and four integers a
 --             check follow: remaining, reset_us, ttl_us, next_us; 16, with 8: three, the
 --             ttl being the reset, as it is for every kind but the sliding window
---             counter), else seven
+--             counter; 32, with 8: a bucket kind's check sends one integer instead, its
+--             backlog, from which its remaining, reset_us (its ttl) and next_us follow, see
+--             bucket_numbers), else seven
 --             numbers per check, eight-byte integers ("<i8", when every one is whole) or
 --             doubles: allowed (1/0), remaining, reset_us, retry_us (inf if it can never
 --             pass), delay_us, ttl_us, next_us (until more quota than remaining, when
@@ -710,7 +712,8 @@ end
 local DECIDE_BIG = {[4] = token_bucket_big, [5] = gcra_big, [6] = leaky_bucket_big}
 
 local LOG = 2
-local LAYOUTS, SHORT_LAYOUTS, SAME_LAYOUTS = {}, {}, {}  -- checks -> a whole reply's layout
+local LAYOUTS, SHORT_LAYOUTS = {}, {}  -- checks -> a whole reply's layout
+local COUNT_LAYOUTS = {}  -- integers -> the layout of common_hit's reply of that many
 -- The layout of a reply of `each` integers a check for n checks, kept in `layouts` (called
 -- only when it is not there yet: `layouts[n] or integers_layout(layouts, n, each)`).
 local function integers_layout(layouts, n, each)
@@ -748,16 +751,18 @@ end
 -- The hash of a check's limit (key: prefix{bucket}:<limit code>) for window or generation n.
 -- The numbers' text is remembered (a function library keeps it from call to call, emptied
 -- past 256): string.format costs about 2,000 instructions inside Redis, a lookup 100.
+-- common_hit reads NUMBERS itself (`key .. (NUMBERS[n] or number_text(n))`): a call of
+-- hash_of costs about 400 instructions more.
 local NUMBERS, numbers_kept = {}, 0
+local function number_text(n)
+  if numbers_kept >= 256 then NUMBERS, numbers_kept = {}, 0 end
+  local text = ':' .. format('%d', n)
+  NUMBERS[n] = text
+  numbers_kept = numbers_kept + 1
+  return text
+end
 local function hash_of(key, n)
-  local text = NUMBERS[n]
-  if not text then
-    if numbers_kept >= 256 then NUMBERS, numbers_kept = {}, 0 end
-    text = ':' .. format('%d', n)
-    NUMBERS[n] = text
-    numbers_kept = numbers_kept + 1
-  end
-  return key .. text
+  return key .. (NUMBERS[n] or number_text(n))
 end
 
 -- The length of a bucket's generations: longer than a state can matter (the time to be full
@@ -1245,6 +1250,27 @@ local B_COUNTED, B_DELAY, B_TTL = {}, {}, {}  -- a window's count made ahead, or
 local B_NUMBERS = {}  -- a reply of seven numbers a check
 local CODES_LAYOUTS = {}  -- checks -> the struct layout of their codes alone
 
+-- A passing bucket check's remaining, reset (also its ttl) and next_us, from its backlog
+-- (what the deciders give, gcra's steps; the client works them out the same way from a
+-- reply of backlogs, flag 32).
+local function bucket_numbers(backlog, amount, period, burst)
+  local full = burst * period
+  local q = backlog / amount
+  local reset = q - q % 1
+  if reset < q then reset = reset + 1 end
+  local room = full - backlog  -- floordiv(room, period)
+  local m = room % period
+  if m >= period then m = m - period elseif m < 0 then m = m + period end
+  local remaining = (room - m) / period
+  local more = 0
+  if remaining < burst then
+    q = (backlog - full + (remaining + 1) * period) / amount
+    more = q - q % 1
+    if more < q then more = more + 1 end
+  end
+  return remaining, reset, more
+end
+
 -- Give back what the first k checks counted ahead (as uncount does); nil.
 local function give_back(k)
   for j = 1, k do
@@ -1262,21 +1288,29 @@ end
 local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amount1, period1,
                            burst1, cost1)
   if now % 1 ~= 0 or now < 0 or now >= HALF then return nil end
+  -- The kept tables in registers: an upvalue's table costs a bytecode more at each of its
+  -- two dozen uses a check (GETUPVAL before the GETTABLE or SETTABLE, about 40 instructions).
+  local B_KEY, B_FIELD, B_LENGTH, B_HASH, B_FOUND, B_PLACE, B_VALUE = B_KEY, B_FIELD, B_LENGTH,
+                                                                      B_HASH, B_FOUND, B_PLACE,
+                                                                      B_VALUE
+  local B_COUNTED, B_DELAY, B_TTL, EXACT = B_COUNTED, B_DELAY, B_TTL, EXACT
   local at = 27 + 8 * n
-  if n > 1 then  -- every other check's code, before anything is read (a block adds 16)
+  if not one then  -- every check's code, in one unpack, before anything is read (a block
+    -- adds 16: a check with a block is not one of these, nor a sliding log's, 2)
     local layout = CODES_LAYOUTS[n]
     if not layout then
-      layout = '<' .. string.rep(string.rep('x', 32) .. 'd', n - 1)
+      layout = '<d' .. string.rep(string.rep('x', 32) .. 'd', n - 1)
       CODES_LAYOUTS[n] = layout
     end
     if n <= 4 then  -- in locals (a table a call makes costs about 1,000 instructions)
-      local b, c, d = unpack_struct(layout, arg, at + 8)  -- (then the position after them)
-      if b > 6 or b == 2 or n > 2 and (c > 6 or c == 2) or n > 3 and (d > 6 or d == 2) then
+      local a, b, c, d = unpack_struct(layout, arg, at)  -- (then the position after them)
+      if a > 6 or a == 2 or n > 1 and (b > 6 or b == 2) or n > 2 and (c > 6 or c == 2)
+          or n > 3 and (d > 6 or d == 2) then
         return nil
       end
     else
-      local codes = {unpack_struct(layout, arg, at + 8)}
-      for i = 1, n - 1 do
+      local codes = {unpack_struct(layout, arg, at)}
+      for i = 1, n do
         local code = codes[i]
         if code > 6 or code == 2 then return nil end
       end
@@ -1305,7 +1339,7 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       local m = now % period
       if m >= period then m = m - period elseif m < 0 then m = m + period end
       local window = (now - m) / period
-      local hash = hash_of(key, window)
+      local hash = key .. (NUMBERS[window] or number_text(window))
       local count = redis_pcall('HINCRBY', hash, field, INCREMENTS[cost] or increment(cost))
       if type(count) == 'table' then  -- (as in count_ahead)
         if string.find(count.err, 'not an integer', 1, true) then return give_back(i - 1) end
@@ -1326,7 +1360,7 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       local r = now % period
       if r >= period then r = r - period elseif r < 0 then r = r + period end
       local window = (now - r) / period
-      local hash = hash_of(key, window)
+      local hash = key .. (NUMBERS[window] or number_text(window))
       local step = cost * m
       local pair = redis_pcall('HINCRBY', hash, field, INCREMENTS[step] or increment(step))
       if type(pair) == 'table' then  -- (as in count_ahead)
@@ -1338,11 +1372,11 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       if pair ~= step then
         current, previous = divmod(pair - step, m)
       else  -- the window's first request: the previous window's count (pair_of)
-        local raw = redis_call('HGET', hash_of(key, window - 1), field)
+        local raw = redis_call('HGET', key .. (NUMBERS[window - 1] or number_text(window - 1)),
+                               field)
         if raw then
-          local v = tonumber(raw)
-          if not v then return give_back(i) end  -- a NUL and doubles
-          previous = divmod(v, m)
+          if #raw > 16 then return give_back(i) end  -- a NUL and doubles (see below)
+          previous = divmod(raw + 0, m)
         end
       end
       local elapsed = now - window * period
@@ -1375,17 +1409,19 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       local m = now % length
       if m >= length then m = m - length elseif m < 0 then m = m + length end
       local g = (now - m) / length
-      local found, hash = g - 1, hash_of(key, g - 1)
+      local found, hash = g - 1, key .. (NUMBERS[g - 1] or number_text(g - 1))
       local raw = redis_call('HGET', hash, field)
       if not raw then
-        found, hash = g, hash_of(key, g)
+        found, hash = g, key .. (NUMBERS[g] or number_text(g))
         raw = redis_call('HGET', hash, field)
       end
       local rel = 0  -- the backlog at now (bucket_state)
       if raw then
-        local v = tonumber(raw)
-        if not v then return give_back(i - 1) end  -- a NUL and doubles
-        rel = v - (now - found * length) * amount
+        -- A NUL and doubles (17 bytes) is left to the general path; an integer's text (at most
+        -- 16 digits below 2^53) is read by the arithmetic itself, as tonumber reads it, without
+        -- tonumber's call.
+        if #raw > 16 then return give_back(i - 1) end
+        rel = raw - (now - found * length) * amount
         if rel < 0 then rel = 0 end
       else
         found = false
@@ -1395,19 +1431,8 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       if step % 1 ~= 0 then step = scaled_cost(cost, period) end
       local backlog = rel + step
       if backlog > full then return give_back(i - 1) end  -- refused
-      q = backlog / amount
-      local reset = q - q % 1
-      if reset < q then reset = reset + 1 end
-      local room = full - backlog  -- floordiv(room, period)
-      m = room % period
-      if m >= period then m = m - period elseif m < 0 then m = m + period end
-      local remaining = (room - m) / period
-      local more = 0
-      if remaining < burst then
-        q = (backlog - full + (remaining + 1) * period) / amount
-        more = q - q % 1
-        if more < q then more = more + 1 end
-      end
+      -- (remaining, reset and next follow from the backlog: the client works them out, see
+      -- bucket_numbers)
       local delay = 0
       if code == 6 and rel > 0 then
         q = rel / amount
@@ -1419,14 +1444,16 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       local place = false
       if cost ~= 0 then
         place = g - 1
-        if found == g or reset > (g + 1) * length - now then place = g end
+        -- (the reset, ceil(backlog / amount), past the end of g: backlog > that end's
+        -- distance * amount, exact in doubles below 2^53)
+        if found == g or backlog > ((g + 1) * length - now) * amount then place = g end
         local v = (now - place * length) * amount + backlog
         if v >= EXACT then return give_back(i - 1) end
         B_VALUE[i] = v
       end
       B_LENGTH[i], B_HASH[i], B_FOUND[i], B_PLACE[i] = length, hash, found, place
-      reply[to + 1], reply[to + 2], reply[to + 3] = remaining, reset, more
-      B_DELAY[i], B_TTL[i], to = delay, reset, to + 3
+      reply[to + 1] = backlog
+      B_DELAY[i], to = delay, to + 1
     end
   end
   for i = 1, n do
@@ -1447,35 +1474,57 @@ local function common_hit(arg, n, one, now, margin_ms, keys, field1, code1, amou
       if found and found ~= place then redis_call('HDEL', B_HASH[i], field) end
     end
   end
-  -- the reply: remaining, reset_us (also the ttl), next_us a check (flags 1 + 2 + 8 + 16), or
-  -- when a leaky bucket delays, all seven numbers (flags 1 + 2)
+  -- The reply. A bucket check sends one number, its backlog (flag 32), from which the client
+  -- works out remaining, reset (also the ttl) and next as bucket_numbers does: two numbers
+  -- and about twenty bytecodes fewer a check (struct.pack costs about 550 instructions a
+  -- number). A window sends remaining, reset_us (also the ttl) and next_us (flags 1 + 2 + 8 +
+  -- 16 + 32), or, with a sliding window counter among the checks (whose ttl is not its
+  -- reset), remaining, reset_us, ttl_us and next_us (flags 1 + 2 + 8 + 32); when a leaky
+  -- bucket delays, every check sends all seven numbers (flags 1 + 2).
   if not shaped and not counter then
-    if n == 1 then return pack('<ddi8i8i8', now, 27, reply[3], reply[4], reply[5]) end
-    reply[1], reply[2] = now, 27
-    local layout = SAME_LAYOUTS[n] or integers_layout(SAME_LAYOUTS, n, 3)
+    if n == 1 then
+      if to == 3 then return pack('<ddi8', now, 59, reply[3]) end
+      return pack('<ddi8i8i8', now, 59, reply[3], reply[4], reply[5])
+    end
+    reply[1], reply[2] = now, 59
+    local layout = COUNT_LAYOUTS[to - 2] or integers_layout(COUNT_LAYOUTS, to - 2, 1)
     return pack(layout, unpack(reply, 1, to))
   end
-  -- four numbers a check (flags 1 + 2 + 8: remaining, reset_us, ttl_us, next_us) with a
-  -- sliding window counter, whose ttl is not its reset; seven when a leaky bucket delays
   local numbers = B_NUMBERS
-  numbers[1], numbers[2] = now, shaped and 3 or 11
-  local out = 2
+  numbers[1], numbers[2] = now, shaped and 3 or 43
+  local out, from = 2, 2
   for i = 1, n do
-    local from = 3 * i
-    local remaining, reset, more = reply[from], reply[from + 1], reply[from + 2]
-    if shaped then
+    if not shaped then
+      if B_COUNTED[i] then
+        numbers[out + 1], numbers[out + 2], numbers[out + 3], numbers[out + 4] = reply[from + 1],
+          reply[from + 2], B_TTL[i], reply[from + 3]
+        out, from = out + 4, from + 3
+      else
+        numbers[out + 1] = reply[from + 1]
+        out, from = out + 1, from + 1
+      end
+    else
+      local remaining, reset, more, ttl
+      if B_COUNTED[i] then
+        remaining, reset, more = reply[from + 1], reply[from + 2], reply[from + 3]
+        ttl, from = B_TTL[i], from + 3
+      else  -- its amount, period and burst from its part of the argument
+        local amount, period, burst = unpack_struct('<xxxxxxxxddd', arg, 27 + 8 * n + 40 * (i - 1))
+        remaining, reset, more = bucket_numbers(reply[from + 1], amount, period, burst)
+        ttl, from = reset, from + 1
+      end
       numbers[out + 1], numbers[out + 2], numbers[out + 3], numbers[out + 4] = 1, remaining,
                                                                               reset, 0
-      numbers[out + 5], numbers[out + 6], numbers[out + 7] = B_DELAY[i], B_TTL[i], more
+      numbers[out + 5], numbers[out + 6], numbers[out + 7] = B_DELAY[i], ttl, more
       out = out + 7
-    else
-      numbers[out + 1], numbers[out + 2], numbers[out + 3], numbers[out + 4] = remaining, reset,
-                                                                              B_TTL[i], more
-      out = out + 4
     end
   end
-  local layouts = shaped and LAYOUTS or SHORT_LAYOUTS
-  local layout = layouts[n] or integers_layout(layouts, n, shaped and 7 or 4)
+  local layout
+  if shaped then
+    layout = LAYOUTS[n] or integers_layout(LAYOUTS, n, 7)
+  else
+    layout = COUNT_LAYOUTS[out - 2] or integers_layout(COUNT_LAYOUTS, out - 2, 1)
+  end
   return pack(layout, unpack(numbers, 1, out))
 end
 
@@ -1505,9 +1554,9 @@ else
 end
 NOW, NOW_TEXT = now, nil
 local want_state = want == 1
--- (A call whose first check is a sliding log's, or has a block, is not one of these.)
-local first = code1 or n > 0 and unpack_struct('<d', arg, 27 + 8 * n)
-if mode == HIT and first and first <= 6 and first ~= 2 then
+-- (A call with a sliding log's check, or a check with a block, is not one of these:
+-- common_hit reads the codes of a call of several checks itself.)
+if mode == HIT and n > 0 and (not one or code1 <= 6 and code1 ~= 2) then
   local reply = common_hit(arg, n, one, now, margin_ms, KEYS, field1, code1, amount1, period1,
                             burst1, cost1)
   if reply then return reply end
