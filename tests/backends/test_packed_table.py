@@ -13,7 +13,12 @@ from asgi_ratelimit import Limit, MemoryBackend
 from asgi_ratelimit.algorithms import DECIDERS
 from asgi_ratelimit.backends import Check
 from asgi_ratelimit.backends._packed_table import MOVES, PackedTable
-from asgi_ratelimit.backends._records import RECORDS, ArrivalRecord, FixedWindowRecord
+from asgi_ratelimit.backends._records import (
+    RECORDS,
+    ArrivalRecord,
+    FixedWindowRecord,
+    SlidingWindowCounterRecord,
+)
 
 PACKED = pytest.mark.parametrize("algorithm", sorted(RECORDS))
 NOW = 1_763_700_000_000_000  # microseconds, in 2025
@@ -79,6 +84,24 @@ def test_a_state_past_64_bits_or_with_a_fraction_does_not_pack() -> None:
     big = Limit("1000000/second", algorithm="gcra")
     assert ArrivalRecord(big).encode((NOW * 1_000_000,)) is None
     assert ArrivalRecord(big).encode((2**63 - 1,)) == 2**63 - 1
+
+
+def test_records_read_values_at_the_ends_of_64_bits_as_python_ints_do() -> None:
+    # The compiled build divides a record's value in C (_records.pxd); a window index times
+    # the period passes 64 bits at these values, so that product stays a Python int there,
+    # and so does the value given to expires_at (negating the lowest one wraps in C).
+    minute = Limit("5/minute")
+    highest, lowest = 2**63 - 1, -(2**63)
+    window, count = divmod(highest, 6)
+    assert FixedWindowRecord(minute).read(highest, NOW) == (window, count)
+    assert FixedWindowRecord(minute).expires_at(highest) == (window + 1) * 60_000_000
+    assert FixedWindowRecord(minute).read(lowest, NOW) is None
+    rest, previous = divmod(highest, 6)
+    window, current = divmod(rest, 6)
+    assert SlidingWindowCounterRecord(minute).read(highest, NOW) == (window, current, previous)
+    assert SlidingWindowCounterRecord(minute).read(lowest, NOW) is None
+    assert ArrivalRecord(minute).expires_at(lowest) == -(2**63 // 5)
+    assert ArrivalRecord(minute).read(highest, NOW) == (highest,)
 
 
 @settings(max_examples=150, deadline=None)

@@ -333,9 +333,13 @@ class PackedTable:
         # The records stay where they were: a lookup there only counts those from the
         # cursor on (see _take), and probes there keep ending where they ended.
         moving_hashes = moving.hashes[start:end]
+        moving_values = moving.values[start:end]
         # Moves fill removed slots but never make one: with none here now, none to count.
         reuses = self._removed > 0
-        for hashed, value in zip(moving_hashes, moving.values[start:end], strict=True):
+        moved = 0  # (counted here: array.count makes an int of every slot it compares)
+        # One slice of each array, and their index: the compiled build loops over the slices
+        # in C (_packed_table.pxd), where a zip of them would make Python ints.
+        for offset, hashed in enumerate(moving_hashes):
             if hashed:
                 # The first free slot of its probe: usually the first, which needs no step.
                 target = hashed % capacity
@@ -348,8 +352,8 @@ class PackedTable:
                 if reuses and values[target] == _REMOVED:
                     self._removed -= 1
                 hashes[target] = hashed
-                values[target] = value
-        moved = len(moving_hashes) - moving_hashes.count(0)  # (counted in C: a free slot's is 0)
+                values[target] = moving_values[offset]
+                moved += 1
         self._size += moved
         self._pending -= moved
         self.work += end - start

@@ -15,7 +15,6 @@ past 64 bits) encodes to None; its table keeps it as it is (see `PackedTable`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 from .._rates import Limit
 from ..algorithms import State
@@ -26,21 +25,26 @@ _LOWEST = -(1 << 63)
 _HIGHEST = (1 << 63) - 1
 
 
-class Record(Protocol):
-    """How the states of one limit become record values."""
+class Record:
+    """How the states of one limit become record values: the base of each algorithm's record
+    below. A base class, not a protocol: the compiled build makes the records C classes
+    (_records.pxd), so that a table calls their methods in C."""
 
     def encode(self, state: State) -> int | None:
         """The state as one int in the signed 64-bit range, or None when it does not fit."""
+        raise NotImplementedError
 
     def read(self, value: int, now: int) -> State | None:
         """The state ``encode`` made ``value`` of, as it answers at ``now``; None once it
         expired (it then answers as no state)."""
+        raise NotImplementedError
 
     def expires_at(self, value: int) -> int:
         """The first instant at which the state answers as no state would."""
+        raise NotImplementedError
 
 
-class FixedWindowRecord:
+class FixedWindowRecord(Record):
     """``(window, count)`` as ``window * (amount + 1) + count``: a count never exceeds the
     amount (a request passes only if it fits), so the two never overlap."""
 
@@ -65,7 +69,7 @@ class FixedWindowRecord:
         return (value // self.base + 1) * self.period
 
 
-class SlidingWindowCounterRecord:
+class SlidingWindowCounterRecord(Record):
     """``(window, current, previous)`` in base ``amount + 1``: both counts are at most the
     amount (the previous one was a current one)."""
 
@@ -101,7 +105,7 @@ class SlidingWindowCounterRecord:
         return (window + 2 if current else window + 1) * self.period
 
 
-class ArrivalRecord:
+class ArrivalRecord(Record):
     """GCRA's theoretical arrival time and the leaky bucket's queue-empty time, both scaled
     by the amount: ``(tat,)`` is ``tat``. It matters until it is in the past."""
 
@@ -121,7 +125,7 @@ class ArrivalRecord:
         return -(-value // self.amount)
 
 
-class TokenBucketRecord:
+class TokenBucketRecord(Record):
     """``(level, last)`` as the instant the bucket is full again, scaled by the amount:
     ``last * amount + (full - level)``, one number like GCRA's.
 
