@@ -559,6 +559,26 @@ local function backlog_now(state, now, amount)
   return backlog - gain
 end
 
+-- A passing bucket check's remaining, reset (also its ttl) and next_us, from its backlog
+-- (exact for a fractional or big backlog too): gcra's, and the locals path's reply of seven
+-- numbers (a leaky bucket that delays); the client works them out the same way from a reply
+-- of backlogs (flag 32).
+local function bucket_numbers(backlog, amount, period, burst)
+  local full = burst * period
+  local q = backlog / amount
+  local reset = q - q % 1
+  if reset < q then reset = reset + 1 end
+  local remaining = floordiv(full - backlog, period)
+  -- One more unit fits once the backlog is down to full - (remaining + 1) * period.
+  local more = 0
+  if remaining < burst then
+    q = (backlog - full + (remaining + 1) * period) / amount
+    more = q - q % 1
+    if more < q then more = more + 1 end
+  end
+  return remaining, reset, more
+end
+
 local function gcra(state, now, amount, period, burst, cost, into)
   local tolerance = burst * period
   local rel = 0
@@ -570,17 +590,7 @@ local function gcra(state, now, amount, period, burst, cost, into)
   if step % 1 ~= 0 then step = scaled_cost(cost, period) end
   local backlog = rel + step
   if backlog <= tolerance then
-    local q = backlog / amount
-    local reset = q - q % 1
-    if reset < q then reset = reset + 1 end
-    local remaining = floordiv(tolerance - backlog, period)
-    -- One more unit fits once the backlog is down to tolerance - (remaining + 1) * period.
-    local more = 0
-    if remaining < burst then
-      q = (backlog - tolerance + (remaining + 1) * period) / amount
-      more = q - q % 1
-      if more < q then more = more + 1 end
-    end
+    local remaining, reset, more = bucket_numbers(backlog, amount, period, burst)
     into[1], into[2], into[3] = backlog, now, nil
     return true, remaining, reset, 0, 0, into, reset, more
   end
@@ -1249,27 +1259,6 @@ local B_KEY, B_FIELD, B_LENGTH, B_HASH, B_FOUND, B_PLACE, B_VALUE = {}, {}, {}, 
 local B_COUNTED, B_DELAY, B_TTL = {}, {}, {}  -- a window's count made ahead, or false
 local B_NUMBERS = {}  -- a reply of seven numbers a check
 local CODES_LAYOUTS = {}  -- checks -> the struct layout of their codes alone
-
--- A passing bucket check's remaining, reset (also its ttl) and next_us, from its backlog
--- (what the deciders give, gcra's steps; the client works them out the same way from a
--- reply of backlogs, flag 32).
-local function bucket_numbers(backlog, amount, period, burst)
-  local full = burst * period
-  local q = backlog / amount
-  local reset = q - q % 1
-  if reset < q then reset = reset + 1 end
-  local room = full - backlog  -- floordiv(room, period)
-  local m = room % period
-  if m >= period then m = m - period elseif m < 0 then m = m + period end
-  local remaining = (room - m) / period
-  local more = 0
-  if remaining < burst then
-    q = (backlog - full + (remaining + 1) * period) / amount
-    more = q - q % 1
-    if more < q then more = more + 1 end
-  end
-  return remaining, reset, more
-end
 
 -- Give back what the first k checks counted ahead (as uncount does); nil.
 local function give_back(k)
