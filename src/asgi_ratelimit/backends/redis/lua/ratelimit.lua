@@ -560,9 +560,9 @@ local function backlog_now(state, now, amount)
 end
 
 -- A passing bucket check's remaining, reset (also its ttl) and next_us, from its backlog
--- (exact for a fractional or big backlog too): gcra's, and the locals path's reply of seven
--- numbers (a leaky bucket that delays); the client works them out the same way from a reply
--- of backlogs (flag 32).
+-- (exact for a fractional or big backlog too): gcra's and the leaky bucket's, and the locals
+-- path's reply of seven numbers (a leaky bucket that delays); the client works them out the
+-- same way from a reply of backlogs (flag 32).
 local function bucket_numbers(backlog, amount, period, burst)
   local full = burst * period
   local q = backlog / amount
@@ -613,16 +613,7 @@ local function leaky_bucket(state, now, amount, period, burst, cost, into)
     local delay = q - q % 1
     if delay < q then delay = delay + 1 end
     local backlog = queued + step
-    q = backlog / amount
-    local reset = q - q % 1
-    if reset < q then reset = reset + 1 end
-    local remaining = floordiv(capacity - backlog, period)
-    local more = 0
-    if remaining < burst then
-      q = (backlog - capacity + (remaining + 1) * period) / amount
-      more = q - q % 1
-      if more < q then more = more + 1 end
-    end
+    local remaining, reset, more = bucket_numbers(backlog, amount, period, burst)
     into[1], into[2], into[3] = backlog, now, nil
     return true, remaining, reset, 0, delay, into, reset, more
   end
