@@ -3,7 +3,8 @@
 Phases: in-process overhead (memory and Redis; one limit, three limits, denied), a breakdown
 of our middleware by stage, memory per key, end to end under uvicorn + wrk, a profile, one
 rule deciding the longest path a server passes on, Redis clients side by side, and decisions
-per second on one Redis and on Clusters of 1 and 3 masters.
+per second on one Redis and on Clusters of 1 and 3 masters, the gateway, and last the
+instructions per request of our middleware on both builds (cachegrind, where valgrind is).
 Results go to docs/benchmarks.json, docs/benchmarks.md and docs/benchmarks.png, and a table to
 stdout.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -41,6 +43,7 @@ PHASES = (
     "redis-clients",
     "redis-scale",
     "gateway",
+    "instructions",
 )
 
 
@@ -144,6 +147,19 @@ def _over_own_bare(rows: list[dict[str, Any]], suffix: str) -> list[dict[str, An
                 }
             )
     return out
+
+
+def _published_instructions() -> dict[str, Any] | None:
+    """The instruction counts of the run this one replaces (docs/benchmarks.json), and its
+    date: the report's "before"."""
+    try:
+        published = json.loads((DOCS / "benchmarks.json").read_text())
+    except (OSError, ValueError):
+        return None
+    counted = published.get("instructions")
+    if not counted:
+        return None
+    return {"date": published["meta"]["date"], "paths": counted["paths"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
 
         print("gateway: nginx with and without the check, serve's decisions a second", flush=True)
         results["gateway"] = gateway(rounds=1 if quick else 3, seconds=2 if quick else 3)
+    if "instructions" in phases and shutil.which("valgrind"):
+        from .instructions import count
+
+        # Last: it keeps both cores busy, which its counts do not mind and timings would.
+        print("instructions per request (cachegrind), both builds", flush=True)
+        results["instructions"] = {"paths": count(jobs=2), "before": _published_instructions()}
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
 
     print_tables(results)

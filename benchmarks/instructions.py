@@ -34,6 +34,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from asgi_ratelimit._compiled import NO_EXTENSIONS_VARIABLE
 
@@ -104,6 +106,47 @@ def _compiled_here(env: dict[str, str]) -> bool:
     return out.stdout.strip() == "True"
 
 
+def _per_request(name: str, build_env: dict[str, str], caches: bool) -> dict[str, float]:
+    """One path's counts per request on one build: two children, the difference of a short
+    and a long batch. A Redis path gets a ``redis-server`` of its own, so that paths counted
+    at once never share a store."""
+    backend, scenario, clients, short, long = PATHS[name]
+    with RedisServer() if backend == "redis" else contextlib.nullcontext() as server:
+        url = server.url if server is not None else ""
+        child = ["--child", backend, scenario, str(clients)]
+        short_run, long_run = (
+            _counted([*child, str(n), url], build_env, caches) for n in (short, long)
+        )
+    requests = long - short
+    counts = [(b - a) / requests for a, b in zip(short_run, long_run, strict=True)]
+    out = {"instructions": counts[0], "mispredicts": counts[1]}
+    if caches:
+        out["i1_misses"], out["d1_misses"] = counts[2], counts[3]
+        out["cycles"] = counts[0] / 2 + 12 * counts[2] + 5 * counts[3] + 15 * counts[1]
+    return out
+
+
+def count(
+    names: Sequence[str] | None = None, *, caches: bool = False, jobs: int = 1
+) -> dict[str, dict[str, dict[str, float]]]:
+    """``{path: {build: counts per request}}`` for ``names`` (every path by default), on
+    both builds where the package is compiled. ``jobs`` children run at once: instruction
+    counts do not depend on what else the machine runs, so ``./benchmarks/run`` uses both
+    cores."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    env.pop(NO_EXTENSIONS_VARIABLE, None)
+    builds = {"compiled": env, "pure": {**env, NO_EXTENSIONS_VARIABLE: "1"}}
+    if not _compiled_here(env):  # no extensions built: one row per path
+        builds = {"pure": builds["pure"]}
+    tasks = [(name, build) for name in names or PATHS for build in builds]
+    with ThreadPoolExecutor(jobs) as pool:
+        counted = pool.map(lambda task: _per_request(task[0], builds[task[1]], caches), tasks)
+        results: dict[str, dict[str, dict[str, float]]] = {}
+        for (name, build), counts in zip(tasks, counted, strict=True):
+            results.setdefault(name, {})[build] = counts
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
@@ -113,6 +156,7 @@ def main() -> None:
         action="store_true",
         help="also simulate the L1 caches: their misses, and cycles estimated from all four",
     )
+    parser.add_argument("--jobs", type=int, default=1, help="children counted at once")
     args = parser.parse_args()
     if args.child:  # one batch, inside valgrind
         backend, scenario, clients, n, url = args.child
@@ -120,37 +164,21 @@ def main() -> None:
         return
     if shutil.which("valgrind") is None:
         sys.exit("benchmarks.instructions: valgrind is needed (apt-get install -y valgrind)")
-    names = args.only or list(PATHS)
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    env.pop(NO_EXTENSIONS_VARIABLE, None)
-    builds = {"compiled": env, "pure": {**env, NO_EXTENSIONS_VARIABLE: "1"}}
-    if not _compiled_here(env):  # no extensions built: one row per path, and say so
+    results = count(args.only, caches=args.caches, jobs=args.jobs)
+    if "compiled" not in next(iter(results.values())):
         print("benchmarks.instructions: the package is not compiled here; pure rows only")
-        builds = {"pure": builds["pure"]}
-    needs_redis = any(PATHS[name][0] == "redis" for name in names)
-    with RedisServer() if needs_redis else contextlib.nullcontext() as server:
-        for name in names:
-            backend, scenario, clients, short, long = PATHS[name]
-            url = server.url if backend == "redis" and server is not None else ""
-            for build, build_env in builds.items():
-                child = ["--child", backend, scenario, str(clients)]
-                short_run, long_run = (
-                    _counted([*child, str(n), url], build_env, args.caches) for n in (short, long)
+    for name, builds in results.items():
+        for build, counts in builds.items():
+            line = (
+                f"{name:22} {build:8} {counts['instructions'] / 1000:7.1f}k instructions "
+                f"{counts['mispredicts']:7,.0f} mispredicts"
+            )
+            if args.caches:
+                line += (
+                    f" {counts['i1_misses']:7,.0f} I1 misses {counts['d1_misses']:7,.0f} D1 misses"
+                    f" {counts['cycles'] / 1000:7.1f}k cycles (estimated)"
                 )
-                requests = long - short
-                per_request = [(b - a) / requests for a, b in zip(short_run, long_run, strict=True)]
-                line = (
-                    f"{name:22} {build:8} {per_request[0] / 1000:7.1f}k instructions "
-                    f"{per_request[1]:7,.0f} mispredicts"
-                )
-                if args.caches:
-                    instructions, mispredicts, i1_misses, d1_misses = per_request
-                    cycles = instructions / 2 + 12 * i1_misses + 5 * d1_misses + 15 * mispredicts
-                    line += (
-                        f" {i1_misses:7,.0f} I1 misses {d1_misses:7,.0f} D1 misses"
-                        f" {cycles / 1000:7.1f}k cycles (estimated)"
-                    )
-                print(line)
+            print(line)
 
 
 if __name__ == "__main__":

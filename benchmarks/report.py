@@ -183,7 +183,58 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
         "-" if headers is None else f"{headers:.3f}x ({measured} of bare)",
         verdict(None if headers is None or client_bound else headers >= 0.95),
     ))  # fmt: skip
+    counted = (results.get("instructions") or {}).get("paths", {})
+    for path, start in ISSUE_25_PURE_START.items():
+        pure = counted.get(path, {}).get("pure", {}).get("instructions")
+        shown = f"{pure / start:.3f}x ({pure / 1000:.1f}k of {start / 1000:.1f}k)" if pure else "-"
+        out.append((
+            f"Pure build, {path}: <= 1.15x the instructions at issue 25's start (issue 25)",
+            shown,
+            verdict(None if pure is None else pure <= 1.15 * start),
+        ))  # fmt: skip
     return out
+
+
+#: Instructions per request of the tree issue 25 started from (ec4b768, the pure package it
+#: was; docs/design/performance-notes.md, "Where issue 25 stands"): the pure build may give
+#: back up to 15% of a path for plainer code, not more.
+ISSUE_25_PURE_START = {
+    "memory, many clients": 163_400,
+    "memory, one client": 157_200,
+    "memory, route limit": 553_400,
+    "redis, one limit": 269_000,
+    "redis, three limits": 368_100,
+}
+
+
+def _instruction_lines(counted: dict[str, Any]) -> list[str]:
+    """Instructions per request on each build, beside the run this one replaced."""
+    before = counted.get("before") or {}
+    earlier = before.get("paths", {})
+    lines = [
+        "## Instructions per request (cachegrind), both builds",
+        "",
+        "Our middleware on the in-process driver's paths, counted by `valgrind --tool=cachegrind`",
+        "(`python -m benchmarks.instructions`: the difference of a short and a long batch over",
+        "their difference in requests, start-up excluded; the bare Starlette app is about 85k of",
+        "each). Unlike the timings, these do not move with the machine's load: about +-0.1k in",
+        "memory, +-1k against Redis. *before*: the published run this one replaced"
+        + (f" ({before['date']})." if before else " (none had these counts)."),
+        "",
+        "| path | build | instructions | before | change | mispredicted branches |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for path, builds in counted["paths"].items():
+        for build, counts in builds.items():
+            now = counts["instructions"]
+            then = earlier.get(path, {}).get(build, {}).get("instructions")
+            change = "-" if then is None else f"{(now - then) / then:+.1%}"
+            lines.append(
+                f"| {path} | {build} | {now / 1000:.1f}k | "
+                + ("-" if then is None else f"{then / 1000:.1f}k")
+                + f" | {change} | {counts['mispredicts']:,.0f} |"
+            )
+    return lines
 
 
 def _paired_median(rounds: dict[str, list[float]], name: str, against: str) -> float | None:
@@ -271,6 +322,10 @@ def print_tables(results: dict[str, Any]) -> None:
     if "gateway" in results:
         print()
         for line in _gateway_lines(results["gateway"]):
+            print(line)
+    if "instructions" in results:
+        print()
+        for line in _instruction_lines(results["instructions"]):
             print(line)
     print("\ntargets:")
     for target, measured, verdict in targets(results):
@@ -382,6 +437,8 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         lines += ["", *_redis_scale_lines(results["redis_scale"])]
     if results.get("gateway"):
         lines += ["", *_gateway_lines(results["gateway"])]
+    if results.get("instructions"):
+        lines += ["", *_instruction_lines(results["instructions"])]
     profile = results.get("profile")
     if profile:
         lines += [
