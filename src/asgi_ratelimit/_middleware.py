@@ -311,7 +311,7 @@ class RateLimitMiddleware:
             if checked.delay > 0:
                 await self._sleep(checked.delay)
             if checked.policies and self._adds_headers:
-                send = adding_headers(send, self._render(checked), start="websocket.accept")
+                send = adding_headers(send, self._render(checked))
         if not isinstance(checked, Access):  # the allow list counts nothing, messages neither
             budget = self._message_budget(scope)
             if budget is not None:
