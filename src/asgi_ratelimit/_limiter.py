@@ -15,7 +15,7 @@ import contextlib
 import inspect
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -231,16 +231,22 @@ class RateLimiter:
             settings = RateLimitSettings.load()
         return cls(**{**settings.limiter_options(), **overrides})
 
-    async def check(self, scope: Scope, consume: bool = True) -> Checked:
+    def check(self, scope: Scope, consume: bool = True) -> Awaitable[Checked]:
         """The one request path: the `Decision` for a request scope, or an ``Access`` (the
-        allow or deny list decided). What the middleware and the route-level doors call;
-        ``consume=False`` counts nothing."""
+        allow or deny list decided), awaited. What the middleware and the route-level doors
+        await; ``consume=False`` counts nothing."""
+        # Not a coroutine function: unobserved, it hands back the policy's own coroutine
+        # (a coroutine of ours that only awaited another cost every request ~0.5k instructions).
         if self._starting:
             self._start_with(scope)
         if not self._observed or not consume:
-            return await self.policy.check(scope, consume)
+            return self.policy.check(scope, consume)
+        return self._observed_check(scope)
+
+    async def _observed_check(self, scope: Scope) -> Checked:
+        """`check`, timed and told to the observers."""
         start = perf_counter()
-        checked = await self.policy.check(scope, consume)
+        checked = await self.policy.check(scope)
         self._report(scope, checked, perf_counter() - start)
         return checked
 

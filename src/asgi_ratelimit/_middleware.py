@@ -128,7 +128,11 @@ class RateLimitMiddleware:
             if self._shed is not None and not self._serves(scope, self._shed):
                 await send_response(send, *overloaded(self._shed.retry_after))
                 return
-            checked = await self._answer(scope)
+            try:
+                checked: Decision | Access | None = await self.limiter.check(scope)
+            except Exception as exc:
+                self._failed(exc)
+                checked = None
             if not isinstance(checked, Decision):  # the lists decided, or a failure
                 if checked is not None and checked.verdict == "blocked":
                     await send_response(send, *forbidden())
@@ -262,14 +266,6 @@ class RateLimitMiddleware:
 
         return stopping
 
-    async def _answer(self, scope: Scope) -> Decision | Access | None:
-        """The limiter's answer for ``scope`` (None when it failed: logged)."""
-        try:
-            return await self.limiter.check(scope)
-        except Exception as exc:
-            self._failed(exc)
-            return None
-
     def _failed(self, exc: Exception) -> None:
         # The limiter already absorbs backend, identity and cost failures; anything else is
         # a bug that must not cost the request: let it through, loudly once.
@@ -298,7 +294,11 @@ class RateLimitMiddleware:
         await send_response(send, *self._responses.refusal(decision))
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        checked = await self._answer(scope)
+        try:
+            checked: Decision | Access | None = await self.limiter.check(scope)
+        except Exception as exc:
+            self._failed(exc)
+            checked = None
         if isinstance(checked, Access):
             if checked.verdict == "blocked":
                 await _refuse_websocket(scope, receive, send, *forbidden())
@@ -311,7 +311,7 @@ class RateLimitMiddleware:
             if checked.delay > 0:
                 await self._sleep(checked.delay)
             if checked.policies and self._adds_headers:
-                send = adding_headers(send, self._render(checked), start="websocket.accept")
+                send = adding_headers(send, self._render(checked))
         if not isinstance(checked, Access):  # the allow list counts nothing, messages neither
             budget = self._message_budget(scope)
             if budget is not None:

@@ -14,7 +14,7 @@ request down.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from .._errors import ConfigurationError
@@ -60,18 +60,27 @@ class IdentityResolver:
     async def identify(self, scope: Scope) -> Identity:
         """The request's identity: the first source that yields one, else the client IP's."""
         for source in self._asked:
-            answer = self._ask(source, scope)
-            if answer is not None and not isinstance(answer, Identity):
-                answer = await self._settled(source, answer)  # a lookup's awaitable
-            if answer is not None:
+            try:
+                answer = source(scope)
+            except Exception as exc:
+                self._failed(source, exc)
+                continue
+            if isinstance(answer, Identity):
                 return answer
+            if answer is not None:  # a lookup's awaitable, or a wrong answer (logged)
+                settled = await self._settled(source, answer)
+                if settled is not None:
+                    return settled
         return Identity("ip:unknown", None, "ip")
 
-    async def _settled(self, source: IdentitySource, pending: Awaitable[object]) -> Identity | None:
-        """What ``source`` answered with ``pending``; None when it raises or answers anything
-        else (logged once)."""
+    async def _settled(self, source: IdentitySource, answer: object) -> Identity | None:
+        """What ``source`` answered, awaited when it is an awaitable; None when it raises or
+        answers anything but an identity or None (logged once)."""
+        if not inspect.isawaitable(answer):
+            self._wrong_type(source, answer)
+            return None
         try:
-            answer = await pending
+            answer = await answer
         except Exception as exc:
             self._failed(source, exc)
             return None

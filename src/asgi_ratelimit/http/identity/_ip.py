@@ -109,8 +109,10 @@ class ClientIP:
         """Always an identity: a request with no address at all shares the ``ip:unknown`` key."""
         peers = self._peers
         if peers is not None:
-            client = scope.get("client")
-            host = client[0] if isinstance(client, tuple) and client else None
+            try:  # ASGI's (host, port), or None
+                host = scope["client"][0]
+            except (LookupError, TypeError):  # no client, or not a pair
+                host = None
             if isinstance(host, str):
                 identity = peers.get(host)
                 if identity is None:
