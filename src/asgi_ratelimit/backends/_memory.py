@@ -193,15 +193,15 @@ class MemoryBackend:
                 )
             else:
                 place = young, slot, old, old_slot
+            before.append(state)
             other = placed.get(table_id)
-            if other is not None:
+            if other is not None:  # the table holds another check's key, or this one again
                 places[other] = place = None
+                if (table_id, key) in pending:
+                    state = pending[table_id, key]
             placed[table_id] = len(places)
             places.append(place)
             table_ids.append(table_id)
-            before.append(state)
-            if (table_id, key) in pending:
-                state = pending[table_id, key]
             outcome = DECIDERS[limit.algorithm](state, now, limit, cost)
             if block is not None:
                 block_table = _block_table(limit, budget)
