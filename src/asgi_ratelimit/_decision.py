@@ -178,8 +178,10 @@ class Decision:
                     binding = p
                 allowed = False
             elif allowed:
-                if p.remaining < binding.remaining or (
-                    p.remaining == binding.remaining and p.reset_after > binding.reset_after
+                remaining = p.remaining
+                if p is not binding and (  # (the first binds until another binds more)
+                    remaining < binding.remaining
+                    or (remaining == binding.remaining and p.reset_after > binding.reset_after)
                 ):
                     binding = p
                 if p.delay > delay:
@@ -272,23 +274,28 @@ def _status(policy: Policy, check: Check, outcome: Outcome) -> PolicyStatus:
     # the advertised limit is what is left beyond the soft extra (0 while using it).
     enforced = check.limit
     limit = enforced.advertised
-    remaining = outcome.remaining - (enforced.burst - limit.burst)
+    remaining = outcome.remaining
+    if limit is not enforced:
+        remaining -= enforced.burst - limit.burst
     if not isinstance(remaining, int) or not 0 <= remaining <= limit.burst:
         remaining = max(0, min(limit.burst, math.floor(remaining)))
-    if outcome.allowed:
+    allowed = outcome.allowed
+    reset_us = outcome.reset_us
+    if allowed:
         retry = 0.0
         upcoming = outcome.next_us / 1_000_000
     elif outcome.retry_us == NEVER:  # it can never pass; more quota comes as it fills up
-        retry, upcoming = NEVER, outcome.reset_us / 1_000_000
+        retry, upcoming = NEVER, reset_us / 1_000_000
     else:  # t on a refusal is when this request would pass: Retry-After
         retry = upcoming = outcome.retry_us / 1_000_000
+    delay_us = outcome.delay_us
     return PolicyStatus(
         policy.name,
         limit,
-        outcome.allowed,
+        allowed,
         remaining,
-        outcome.reset_us / 1_000_000,
+        reset_us / 1_000_000,
         retry,
         upcoming,
-        outcome.delay_us / 1_000_000 if outcome.delay_us else 0.0,
+        delay_us / 1_000_000 if delay_us else 0.0,
     )

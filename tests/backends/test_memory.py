@@ -108,6 +108,37 @@ async def test_the_same_key_and_limit_twice_in_one_call_counts_twice(clock: Fake
     assert [(o.allowed, o.remaining) for o in last] == [(True, 0)]
 
 
+@pytest.mark.parametrize("max_keys", [1_000_000, 900])
+async def test_several_checks_keep_every_key_while_tables_grow_and_sweep(
+    clock: FakeClock, max_keys: int
+) -> None:
+    # Two keys of one table in each call, a new key in each table each call, and keys that
+    # expire within a second: tables rebuild (records move on each lookup), and sweeps (and,
+    # with a small backend, turn-overs) run between one call's lookups and its stores. Every
+    # key must keep what it was counted.
+    backend = MemoryBackend(clock=clock, max_keys=max_keys)
+    shared = Limit("5/hour", algorithm="fixed_window")
+    own = Limit("7/hour", algorithm="sliding_window_counter")
+    brief = Limit("3/second", algorithm="gcra")
+    for i in range(600):
+        clock.advance(0.05)
+        checks = [
+            Check(f"a{i}", shared),
+            Check(f"c{i}", brief),
+            Check(f"b{i}", shared, 2),
+            Check(f"a{i}", own),
+        ]
+        assert all(outcome.allowed for outcome in await backend.hit(checks))
+        (left_brief,) = await backend.peek([Check(f"c{i}", brief, 0)])
+        assert left_brief.remaining == 2, i
+    kept = range(600) if max_keys > 1000 else range(600 - max_keys // 16, 600)
+    for i in kept:
+        left = await backend.peek([Check(f"a{i}", shared, 0), Check(f"b{i}", shared, 0)])
+        assert [outcome.remaining for outcome in left] == [4, 3], i
+        (left_own,) = await backend.peek([Check(f"a{i}", own, 0)])
+        assert left_own.remaining == 6, i
+
+
 async def test_peek_stores_nothing_and_cost_zero_creates_no_key(clock: FakeClock) -> None:
     backend = MemoryBackend(clock=clock)
     limit = Limit("5/minute")

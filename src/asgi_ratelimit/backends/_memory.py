@@ -78,6 +78,8 @@ class MemoryBackend:
         self._sweeping: list[tuple[bool, str, PackedTable]] | None = None
         self._young_full = False
         self._sweep_steps = 0
+        # How many times _maintain has run: a slot found before it may have changed since.
+        self._maintained = 0
         self._lock = threading.Lock()
         # The latest instant any decision used: time never steps back below it (see decide).
         self._last_now = 0
@@ -167,15 +169,39 @@ class MemoryBackend:
     def _decide_many(self, checks: Sequence[Check], now: int, consume: bool) -> list[Outcome]:
         outcomes: list[Outcome] = []
         before: list[State | None] = []
+        table_ids: list[str] = []
+        # Where pass 1 found each check's key (its young table and slot, its old ones: see
+        # `_found`), for the store to write there without looking again; None where that may
+        # change before the store (the key moved out of the old generation, or its table
+        # holds another check's key), and any change of the tables by `_maintain` voids all.
+        places: list[tuple[PackedTable | None, int, PackedTable | None, int] | None] = []
+        # the index of the check whose place is kept, by table id
+        placed: dict[str, int] = {}
         # The same key and limit may appear twice in one call: later checks see earlier ones.
         pending: dict[tuple[str, str], State] = {}
         allowed = True
+        maintained = self._maintained
         for key, limit, cost, budget, block in checks:
-            table_id = _table_id(limit, budget)
-            state = self._state(table_id, limit.algorithm, limit, key, now, consume)
+            table_id = self._table_id_of(limit, budget) if budget else limit.id
+            state, young, slot, old, old_slot = self._found(table_id, key, now)
+            place: tuple[PackedTable | None, int, PackedTable | None, int] | None = None
+            if consume and old is not None and state is not None:
+                # (a busy key moves out of the generation dropped next, as in decide)
+                expires_at = old.expires_at(key, old_slot)
+                self._write(
+                    table_id, limit, key, young, slot, state, expires_at, old, old_slot, now
+                )
+            else:
+                place = young, slot, old, old_slot
             before.append(state)
-            if (table_id, key) in pending:
-                state = pending[table_id, key]
+            other = placed.get(table_id)
+            if other is not None:  # the table holds another check's key, or this one again
+                places[other] = place = None
+                if (table_id, key) in pending:
+                    state = pending[table_id, key]
+            placed[table_id] = len(places)
+            places.append(place)
+            table_ids.append(table_id)
             outcome = DECIDERS[limit.algorithm](state, now, limit, cost)
             if block is not None:
                 block_table = _block_table(limit, budget)
@@ -188,13 +214,29 @@ class MemoryBackend:
             elif outcome.state is not None:
                 pending[table_id, key] = outcome.state
         if allowed and consume:
-            for (key, limit, cost, budget, _), outcome in zip(checks, outcomes, strict=True):
+            for (key, limit, cost, _, _), outcome, table_id, place in zip(
+                checks, outcomes, table_ids, places, strict=True
+            ):
                 if cost and outcome.state is not None:
-                    table_id = _table_id(limit, budget)
                     expires_at = now + outcome.ttl_us
-                    self._store(
-                        table_id, limit.algorithm, limit, key, outcome.state, expires_at, now
-                    )
+                    if place is None or self._maintained != maintained:
+                        self._store(
+                            table_id, limit.algorithm, limit, key, outcome.state, expires_at, now
+                        )
+                    else:
+                        young, slot, old, old_slot = place
+                        self._write(
+                            table_id,
+                            limit,
+                            key,
+                            young,
+                            slot,
+                            outcome.state,
+                            expires_at,
+                            old,
+                            old_slot,
+                            now,
+                        )
             return outcomes
         # Nothing was counted: a check that would pass reports what is left now (a cost of 0).
         for index, (_, limit, cost, _, _) in enumerate(checks):
@@ -267,24 +309,33 @@ class MemoryBackend:
         self, table_id: str, kind: str, limit: Limit, key: str, now: int, touch: bool
     ) -> State | None:
         """The live state of a key; ``touch`` moves it from the old generation to the young
-        one (a key is in one generation at most: expired in the young one, it is in
-        neither)."""
-        young = self._young.get(table_id)
-        slot = -1 if young is None else young.find(key)
-        state = None if young is None else young.read(key, slot, now)
-        if state is not None:
-            return state
-        old = self._old.get(table_id)
-        if old is None:
-            return None
-        old_slot = old.find(key)
-        state = old.read(key, old_slot, now)
-        if state is not None and touch:
+        one."""
+        state, young, slot, old, old_slot = self._found(table_id, key, now)
+        if touch and old is not None and state is not None:
             expires_at = old.expires_at(key, old_slot)
             self._write(
                 table_id, limit, key, young, slot, state, expires_at, old, old_slot, now, kind
             )
         return state
+
+    def _found(
+        self, table_id: str, key: str, now: int
+    ) -> tuple[State | None, PackedTable | None, int, PackedTable | None, int]:
+        """The live state of a key and where it is: ``(state, young, slot, old, old_slot)``,
+        the tables of both generations (None when there is none) and the key's slot in each
+        (`PackedTable.find`), valid until a table changes. A key is in one generation at most
+        (expired in the young one, it is in neither): the old one is looked in only when the
+        young one holds no live state of the key (``old`` None and ``old_slot`` -1 when not)."""
+        young = self._young.get(table_id)
+        slot = -1 if young is None else young.find(key)
+        state = None if young is None else young.read(key, slot, now)
+        if state is not None:
+            return state, young, slot, None, -1
+        old = self._old.get(table_id)
+        if old is None:
+            return None, young, slot, None, -1
+        old_slot = old.find(key)
+        return old.read(key, old_slot, now), young, slot, old, old_slot
 
     def _store(
         self,
@@ -357,6 +408,7 @@ class MemoryBackend:
             self._young_full = self._young_size > self._half
             self._sweep_steps = 0
         self._sweep_steps += 1
+        self._maintained += 1
         if self._sweep_slice(self._sweeping, now) or len(self) > self._max_keys:
             # (past max_keys before the sweep is over: a flood faster than sweeps, which
             # start early enough for that not to happen twice, see _turn_over)
