@@ -128,11 +128,7 @@ class RateLimitMiddleware:
             if self._shed is not None and not self._serves(scope, self._shed):
                 await send_response(send, *overloaded(self._shed.retry_after))
                 return
-            try:
-                checked: Decision | Access | None = await self.limiter.check(scope)
-            except Exception as exc:
-                self._failed(exc)
-                checked = None
+            checked = await self._answer(scope)
             if not isinstance(checked, Decision):  # the lists decided, or a failure
                 if checked is not None and checked.verdict == "blocked":
                     await send_response(send, *forbidden())
@@ -266,6 +262,14 @@ class RateLimitMiddleware:
 
         return stopping
 
+    async def _answer(self, scope: Scope) -> Decision | Access | None:
+        """The limiter's answer for ``scope`` (None when it failed: logged)."""
+        try:
+            return await self.limiter.check(scope)
+        except Exception as exc:
+            self._failed(exc)
+            return None
+
     def _failed(self, exc: Exception) -> None:
         # The limiter already absorbs backend, identity and cost failures; anything else is
         # a bug that must not cost the request: let it through, loudly once.
@@ -294,11 +298,7 @@ class RateLimitMiddleware:
         await send_response(send, *self._responses.refusal(decision))
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            checked: Decision | Access | None = await self.limiter.check(scope)
-        except Exception as exc:
-            self._failed(exc)
-            checked = None
+        checked = await self._answer(scope)
         if isinstance(checked, Access):
             if checked.verdict == "blocked":
                 await _refuse_websocket(scope, receive, send, *forbidden())

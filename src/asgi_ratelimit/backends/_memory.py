@@ -20,6 +20,8 @@ __all__ = ["MemoryBackend"]
 
 # Tables map a table id (a limit in a budget, see _table_id) to its keys' states.
 Tables = dict[str, PackedTable]
+#: A key's live state and where it is: ``(state, young, slot, old, old_slot)`` (see _found)
+Found = tuple[State | None, PackedTable | None, int, PackedTable | None, int]
 
 #: the kind of the tables that keep blocks (`Block`), in `_ARITY` beside the algorithms
 _BLOCKS = "block"
@@ -146,13 +148,10 @@ class MemoryBackend:
                 self._write(
                     table_id, limit, key, young, slot, outcome.state, expires_at, old, old_slot, now
                 )
-            elif consume and old is not None and state is not None:
+            elif consume and old is not None:
                 # A key that is being denied is busy, not idle: it moves out of the generation
                 # that is dropped next, so a flood of new keys cannot reset its quota.
-                expires_at = old.expires_at(key, old_slot)
-                self._write(
-                    table_id, limit, key, young, slot, state, expires_at, old, old_slot, now
-                )
+                self._touch(table_id, limit, key, (state, young, slot, old, old_slot), now)
             return [outcome], now
 
     def _table_id_of(self, limit: Limit, budget: str) -> str:
@@ -174,7 +173,7 @@ class MemoryBackend:
         # `_found`), for the store to write there without looking again; None where that may
         # change before the store (the key moved out of the old generation, or its table
         # holds another check's key), and any change of the tables by `_maintain` voids all.
-        places: list[tuple[PackedTable | None, int, PackedTable | None, int] | None] = []
+        places: list[Found | None] = []
         # the index of the check whose place is kept, by table id
         placed: dict[str, int] = {}
         # The same key and limit may appear twice in one call: later checks see earlier ones.
@@ -183,16 +182,10 @@ class MemoryBackend:
         maintained = self._maintained
         for key, limit, cost, budget, block in checks:
             table_id = self._table_id_of(limit, budget) if budget else limit.id
-            state, young, slot, old, old_slot = self._found(table_id, key, now)
-            place: tuple[PackedTable | None, int, PackedTable | None, int] | None = None
-            if consume and old is not None and state is not None:
-                # (a busy key moves out of the generation dropped next, as in decide)
-                expires_at = old.expires_at(key, old_slot)
-                self._write(
-                    table_id, limit, key, young, slot, state, expires_at, old, old_slot, now
-                )
-            else:
-                place = young, slot, old, old_slot
+            found = self._found(table_id, key, now)
+            state = found[0]
+            moved = consume and self._touch(table_id, limit, key, found, now)
+            place = None if moved else found
             before.append(state)
             other = placed.get(table_id)
             if other is not None:  # the table holds another check's key, or this one again
@@ -224,7 +217,7 @@ class MemoryBackend:
                             table_id, limit.algorithm, limit, key, outcome.state, expires_at, now
                         )
                     else:
-                        young, slot, old, old_slot = place
+                        _, young, slot, old, old_slot = place
                         self._write(
                             table_id,
                             limit,
@@ -310,17 +303,30 @@ class MemoryBackend:
     ) -> State | None:
         """The live state of a key; ``touch`` moves it from the old generation to the young
         one."""
-        state, young, slot, old, old_slot = self._found(table_id, key, now)
-        if touch and old is not None and state is not None:
-            expires_at = old.expires_at(key, old_slot)
-            self._write(
-                table_id, limit, key, young, slot, state, expires_at, old, old_slot, now, kind
-            )
-        return state
+        found = self._found(table_id, key, now)
+        if touch:
+            self._touch(table_id, limit, key, found, now, kind)
+        return found[0]
 
-    def _found(
-        self, table_id: str, key: str, now: int
-    ) -> tuple[State | None, PackedTable | None, int, PackedTable | None, int]:
+    def _touch(
+        self,
+        table_id: str,
+        limit: Limit,
+        key: str,
+        found: Found,
+        now: int,
+        kind: str = "",
+    ) -> bool:
+        """Move a key `_found` live in the old generation to the young one: a busy key is
+        not idle, and the old generation is dropped next. True when it moved."""
+        state, young, slot, old, old_slot = found
+        if old is None or state is None:
+            return False
+        expires_at = old.expires_at(key, old_slot)
+        self._write(table_id, limit, key, young, slot, state, expires_at, old, old_slot, now, kind)
+        return True
+
+    def _found(self, table_id: str, key: str, now: int) -> Found:
         """The live state of a key and where it is: ``(state, young, slot, old, old_slot)``,
         the tables of both generations (None when there is none) and the key's slot in each
         (`PackedTable.find`), valid until a table changes. A key is in one generation at most
